@@ -1,0 +1,48 @@
+"""nanguard: catch the first NaN/Inf of a training run at the op that made it.
+
+The public surface is small::
+
+    import nanguard
+
+    with nanguard.locate(model):         # trace: raise at the op that made the NaN
+        ...
+
+    guard = nanguard.attach(model, optimizer)   # watch + replay, on every step
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+from .core import Cause, Diagnosis, Finding, GiveUpError, NonFiniteError, diagnose
+
+if TYPE_CHECKING:
+    from .torch.guard import Guard, attach
+    from .torch.locator import locate
+
+__all__ = [
+    "Cause",
+    "Diagnosis",
+    "Finding",
+    "GiveUpError",
+    "Guard",
+    "NonFiniteError",
+    "__version__",
+    "attach",
+    "diagnose",
+    "locate",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # torch is imported only when a torch entry point is used, so Keras users need no torch
+    if name == "locate":
+        from .torch.locator import locate
+
+        return locate
+    if name in ("attach", "Guard"):
+        from .torch import guard
+
+        return getattr(guard, name)
+    raise AttributeError(f"module 'nanguard' has no attribute {name!r}")

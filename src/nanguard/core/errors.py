@@ -1,0 +1,67 @@
+"""Exceptions raised by nanguard."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .diagnosis import Diagnosis
+    from .finding import Finding
+
+__all__ = ["GiveUpError", "NonFiniteError"]
+
+
+class NonFiniteError(FloatingPointError):
+    """A NaN or Inf reached the loss, the gradients or the weights.
+
+    ``.finding`` says where it was made (op, phase, module, source line, step, input statistics);
+    ``.diagnosis`` (when the run's history allowed one) says why and what to change. ``str(err)``
+    is the readable explanation; ``err.__rich__()`` renders it as a panel.
+
+    It subclasses :class:`FloatingPointError`, so code that already catches that keeps working.
+    """
+
+    def __init__(self, finding: Finding, diagnosis: Diagnosis | None = None) -> None:
+        self.finding = finding
+        self.diagnosis = diagnosis
+        super().__init__(finding)
+
+    def __str__(self) -> str:
+        from .render import format_finding
+
+        return "\n" + format_finding(self.finding, self.diagnosis)
+
+    def __reduce__(self) -> tuple[object, ...]:  # picklable across processes (DataLoader, DDP)
+        return (type(self), (self.finding, self.diagnosis))
+
+    def __rich__(self) -> object:
+        from .render import finding_panel
+
+        return finding_panel(self.finding, self.diagnosis)
+
+
+class GiveUpError(NonFiniteError):
+    """A recovery policy gave up: too many consecutive skips, or recoveries within a window.
+
+    ``.attempts`` lists what was tried, in order.
+    """
+
+    def __init__(
+        self,
+        finding: Finding,
+        diagnosis: Diagnosis | None = None,
+        reason: str = "",
+        attempts: list[str] | None = None,
+    ) -> None:
+        self.reason = reason
+        self.attempts = list(attempts or [])
+        super().__init__(finding, diagnosis)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.finding, self.diagnosis, self.reason, self.attempts))
+
+    def __str__(self) -> str:
+        head = f"\nnanguard gave up: {self.reason}"
+        if self.attempts:
+            head += "\n  tried: " + "; ".join(self.attempts)
+        return head + super().__str__()

@@ -1,0 +1,146 @@
+"""A bounded history of per-step scalars: the evidence the diagnosis rules read.
+
+Filled by the watch tier once per optimizer step (after the fused finiteness check has brought the
+numbers to the host anyway), so keeping it costs no extra synchronisation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["History", "StepRecord"]
+
+
+@dataclass
+class StepRecord:
+    """What one step looked like.
+
+    ``loss`` and ``grad_norm`` are read before the update, ``param_norm`` after it. Any of them may
+    be ``None`` when the adapter could not observe it (no optimizer, no loss seen, ...).
+    ``layer_grad_norms`` / ``layer_param_norms`` are kept only for the most recent steps.
+    """
+
+    step: int
+    loss: float | None = None
+    grad_norm: float | None = None
+    param_norm: float | None = None
+    lr: float | None = None
+    finite: bool = True
+    skipped: bool = False
+    event: str | None = None  # "nonfinite", "skip", "rollback", ...
+    layer_grad_norms: dict[str, float] | None = None
+    layer_param_norms: dict[str, float] | None = None
+
+    @property
+    def update_ratio(self) -> float | None:
+        """Approximate ``|Δw| / |w|`` for an SGD-like update: ``lr · |g| / |w|``."""
+        if self.lr is None or self.grad_norm is None or not self.param_norm:
+            return None
+        if not (math.isfinite(self.grad_norm) and math.isfinite(self.param_norm)):
+            return None
+        return self.lr * self.grad_norm / self.param_norm
+
+    def to_dict(self) -> dict[str, Any]:
+        def clean(x: Any) -> Any:
+            if isinstance(x, float) and not math.isfinite(x):
+                return str(x)  # "nan", "inf", "-inf": JSON-safe and still readable
+            return x
+
+        d: dict[str, Any] = {
+            "step": self.step,
+            "loss": clean(self.loss),
+            "grad_norm": clean(self.grad_norm),
+            "param_norm": clean(self.param_norm),
+            "lr": self.lr,
+            "finite": self.finite,
+        }
+        if self.skipped:
+            d["skipped"] = True
+        if self.event:
+            d["event"] = self.event
+        if self.layer_grad_norms:
+            d["layer_grad_norms"] = {k: clean(v) for k, v in self.layer_grad_norms.items()}
+        return d
+
+
+def _finite(values: list[float | None]) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+@dataclass
+class History:
+    """The last ``maxlen`` steps (default 10 000: a few MB at most).
+
+    Per-layer norms are kept for the last ``layer_window`` steps only.
+    """
+
+    maxlen: int = 10_000
+    layer_window: int = 32
+    _records: deque[StepRecord] = field(default_factory=deque, repr=False)
+
+    def append(self, rec: StepRecord) -> None:
+        self._records.append(rec)
+        while len(self._records) > self.maxlen:
+            self._records.popleft()
+        if len(self._records) > self.layer_window:
+            old = self._records[-self.layer_window - 1]
+            old.layer_grad_norms = None
+            old.layer_param_norms = None
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        return iter(self._records)
+
+    def __getitem__(self, i: int) -> StepRecord:
+        return self._records[i]
+
+    def last(self, n: int) -> list[StepRecord]:
+        return list(self._records)[-n:] if n > 0 else []
+
+    def healthy(self) -> list[StepRecord]:
+        return [r for r in self._records if r.finite and not r.skipped]
+
+    def series(self, name: str, n: int | None = None) -> list[float]:
+        """Finite values of one scalar over the last ``n`` healthy steps."""
+        recs = self.healthy()
+        if n is not None:
+            recs = recs[-n:]
+        return _finite([getattr(r, name) for r in recs])
+
+    # --- trends the rules use -------------------------------------------------------------
+    def growth(self, name: str, window: int = 8) -> tuple[float, float, float] | None:
+        """``(first, last, last/first)`` of a scalar over the last ``window`` healthy steps."""
+        vals = self.series(name, window)
+        if len(vals) < 2 or vals[0] <= 0:
+            return None
+        return vals[0], vals[-1], vals[-1] / vals[0]
+
+    def per_step_growth(self, name: str, window: int = 8) -> float | None:
+        """Geometric mean growth factor per step of a scalar (e.g. 9.0 = ×9 every step)."""
+        vals = self.series(name, window)
+        if len(vals) < 2 or vals[0] <= 0 or vals[-1] <= 0:
+            return None
+        return float((vals[-1] / vals[0]) ** (1.0 / (len(vals) - 1)))
+
+    def median(self, name: str, n: int | None = None) -> float | None:
+        vals = sorted(self.series(name, n))
+        if not vals:
+            return None
+        mid = len(vals) // 2
+        return vals[mid] if len(vals) % 2 else 0.5 * (vals[mid - 1] + vals[mid])
+
+    def quantile(self, name: str, q: float, n: int | None = None) -> float | None:
+        vals = sorted(self.series(name, n))
+        if not vals:
+            return None
+        k = min(len(vals) - 1, max(0, round(q * (len(vals) - 1))))
+        return vals[k]
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [r.to_dict() for r in self._records]

@@ -1,0 +1,121 @@
+"""Framework-free knowledge about operations: canonical names and their singularities.
+
+Adapters name ops in their own way (``aten.log.default``, ``aten.div_.Tensor``, TF's ``RealDiv``);
+the diagnosis rules read one canonical lower-case name (``log``, ``div``).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "LINEAR_OPS",
+    "SINGULAR_OPS",
+    "canonical_op",
+    "forward_op_of_grad_fn",
+]
+
+_TF_NAMES = {
+    "realdiv": "div",
+    "divnonan": "div",
+    "truediv": "div",
+    "floordiv": "div",
+    "reciprocal": "reciprocal",
+    "inv": "reciprocal",
+    "matmul": "mm",
+    "batchmatmul": "bmm",
+    "batchmatmulv2": "bmm",
+    "batchmatmulv3": "bmm",
+    "biasadd": "add",
+    "addv2": "add",
+    "conv2d": "convolution",
+    "conv1d": "convolution",
+    "conv3d": "convolution",
+    "relugrad": "threshold_backward",
+    "softmax": "softmax",
+    "logsoftmax": "log_softmax",
+    "sub": "sub",
+    "mul": "mul",
+    "log": "log",
+    "log1p": "log1p",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "pow": "pow",
+    "exp": "exp",
+    "sum": "sum",
+    "mean": "mean",
+    "square": "pow",
+    "xlogy": "xlogy",
+}
+
+#: Ops whose result overflows when their inputs are merely large (the "blew up" family).
+LINEAR_OPS = frozenset(
+    {
+        "mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "conv1d", "conv2d",
+        "conv3d", "cudnn_convolution", "mkldnn_convolution", "_convolution", "einsum", "add",
+        "sub", "mul", "sum", "mean", "addcmul", "lstm", "rnn_tanh", "rnn_relu", "gru",
+        "native_layer_norm", "native_batch_norm", "_native_batch_norm_legit",
+        "_native_batch_norm_legit_functional", "cumsum", "prod", "pow", "square", "threshold_backward",
+        "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention", "_efficient_attention_forward", "dot", "mv",
+        "addmv", "addbmm", "linalg_vector_norm", "norm", "_foreach_norm", "var", "std",
+        "embedding", "tanh_backward", "sigmoid_backward", "gelu", "gelu_backward", "silu",
+        "silu_backward", "relu", "leaky_relu", "elu", "clone", "copy", "_to_copy", "cat",
+        "stack", "mse_loss", "mse_loss_backward", "l1_loss", "huber_loss",
+    }
+)
+
+#: Ops with a singularity in their domain (forward or backward).
+SINGULAR_OPS = frozenset(
+    {
+        "log", "log2", "log10", "log1p", "div", "reciprocal", "sqrt", "rsqrt", "pow", "acos",
+        "asin", "atanh", "acosh", "exp", "exp2", "expm1", "fmod", "remainder", "xlogy", "lgamma",
+        "digamma", "polygamma", "erfinv", "tan", "var", "std", "var_mean", "std_mean", "mean",
+        "linalg_vector_norm", "norm", "logit", "special_xlog1py", "cosh", "sinh",
+        "_softmax", "softmax", "_log_softmax", "log_softmax", "logsumexp", "binary_cross_entropy",
+        "addcdiv", "_foreach_addcdiv", "_foreach_div", "_foreach_sqrt", "_foreach_reciprocal",
+    }
+)
+
+_SUFFIX = re.compile(r"Backward\d*$")
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def canonical_op(op: str | None) -> str:
+    """``aten.log.default`` → ``log``; ``aten.div_.Tensor`` → ``div``; ``RealDiv`` → ``div``.
+
+    Leading underscores of private aten names are kept (``_softmax``) except for a few
+    well-known aliases, trailing ``_`` of in-place variants is dropped, ``_foreach_x`` → ``x``.
+    """
+    if not op:
+        return ""
+    parts = op.split(".")
+    name = parts[1] if parts[0] in ("aten", "prims", "tf", "keras") and len(parts) >= 2 else parts[0]
+    low = name.lower()
+    if low in _TF_NAMES and name[:1].isupper():
+        return _TF_NAMES[low]
+    if name.startswith("_foreach_"):
+        name = name[len("_foreach_") :]
+    name = name.rstrip("_")
+    aliases = {
+        "true_divide": "div",
+        "divide": "div",
+        "floor_divide": "div",
+        "_softmax": "softmax",
+        "_log_softmax": "log_softmax",
+        "square": "pow",
+        "special_xlog1py": "xlog1py",
+        "linalg_vector_norm": "norm",
+        "_to_copy": "copy",
+    }
+    return aliases.get(name, name)
+
+
+def forward_op_of_grad_fn(grad_fn: str | None) -> str | None:
+    """``SqrtBackward0`` → ``sqrt``; ``LinalgVectorNormBackward0`` → ``linalg_vector_norm``."""
+    if not grad_fn:
+        return None
+    base = _SUFFIX.sub("", grad_fn.split("::")[-1])
+    if not base:
+        return None
+    return _CAMEL.sub("_", base).lower()

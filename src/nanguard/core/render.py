@@ -1,0 +1,120 @@
+"""Turn a finding (and its diagnosis) into text a person can act on.
+
+Two renderings of the same content: :func:`format_finding` gives plain text (exceptions, logs,
+non-terminal output); :func:`finding_panel` gives a rich panel for terminals.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import TYPE_CHECKING
+
+from .ops import canonical_op
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from .diagnosis import Diagnosis
+    from .finding import Finding
+
+__all__ = ["finding_panel", "format_finding", "headline"]
+
+_PHASE_WORDS = {
+    "data": "in the input data",
+    "forward": "in the forward pass",
+    "backward": "in the backward pass",
+    "optimizer": "in the optimizer step",
+}
+
+
+def headline(f: Finding) -> str:
+    """``the first non-finite value was made in the forward pass at step 3``."""
+    step = f" at step {f.step}" if f.step is not None else ""
+    rank = f" on rank {f.rank}" if f.rank is not None else ""
+    return f"the first non-finite value was made {_PHASE_WORDS.get(f.phase, f.phase)}{step}{rank}"
+
+
+def _rows(f: Finding) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    if f.phase == "data":
+        rows.append(("input", f"{f.details.get('input_name', 'batch')}: {f.what}"))
+    elif f.op == "parameter":
+        rows.append(("tensor", ", ".join(f.details.get("parameters", [])) or (f.module or "?")))
+    else:
+        rows.append(("op", f"{f.op}  → {f.what}"))
+    if f.grad_fn:
+        rows.append(("autograd", f"{f.grad_fn} (backward of the forward op below)"))
+    rows.append(("module", f.where))
+    if f.source:
+        code = f"    {f.source_code.strip()}" if f.source_code else ""
+        rows.append(("source", f"{f.source}{code}"))
+    for i, s in enumerate(f.inputs[:4]):
+        rows.append(("inputs" if i == 0 else "", s.describe()))
+    if f.scalars:
+        rows.append(("args", ", ".join(f"{k}={v}" for k, v in f.scalars.items())))
+    if f.reached:
+        rows.append(("reached", f"the {f.reached}"))
+    relu = f.details.get("relu_grad")
+    if relu:
+        rows.append(("ReluGrad", relu))
+    note = f.details.get("note")
+    if note:
+        rows.append(("note", note))
+    return rows
+
+
+def format_finding(f: Finding, d: Diagnosis | None = None, width: int = 100) -> str:
+    """Plain-text rendering: headline, a table of where, then cause, evidence and fixes."""
+    lines = [f"nanguard: {headline(f)}.", ""]
+    for key, val in _rows(f):
+        first, *rest = val.splitlines() or [""]
+        lines.append(f"  {key:<9} {first}")
+        lines.extend(f"  {'':<9} {r}" for r in rest)
+    if d is not None:
+        lines += ["", f"cause: {d.cause.value} (confidence {d.confidence:.2f}): {d.summary}"]
+        for e in d.evidence:
+            lines.extend(
+                textwrap.wrap(e, width=width, initial_indent="  - ", subsequent_indent="    ")
+            )
+        if d.fixes:
+            lines += ["", "what to try:"]
+            for i, fix in enumerate(d.fixes, 1):
+                first, *rest = fix.splitlines()
+                lines.append(f"  {i}. {first}")
+                lines.extend(f"     {r}" for r in rest)
+    return "\n".join(lines)
+
+
+def finding_panel(f: Finding, d: Diagnosis | None = None) -> RenderableType:
+    """A rich panel with the same content as :func:`format_finding`."""
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.syntax import Syntax
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    for key, val in _rows(f):
+        table.add_row(key, Text(val))
+    parts: list[RenderableType] = [Text(headline(f), style="bold"), Text(""), table]
+    if d is not None:
+        parts += [
+            Text(""),
+            Text.assemble(
+                ("cause ", "bold"),
+                (d.cause.value, "bold red"),
+                (f"  (confidence {d.confidence:.2f})  ", "dim"),
+                d.summary,
+            ),
+        ]
+        for e in d.evidence:
+            parts.append(Text(f"  • {e}"))
+        if d.fixes:
+            parts += [Text(""), Text("what to try", style="bold")]
+            for i, fix in enumerate(d.fixes, 1):
+                parts.append(Text(f"{i}.", style="bold"))
+                parts.append(Syntax(fix, "python", theme="ansi_dark", background_color="default"))
+    title = f"nanguard · {f.phase} · {canonical_op(f.op) or f.phase}"
+    return Panel(Group(*parts), title=title, border_style="red", expand=False)

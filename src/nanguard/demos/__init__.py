@@ -1,0 +1,1 @@
+"""Short, readable demo scripts (``nanguard demo`` runs them)."""

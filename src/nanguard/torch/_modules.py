@@ -1,0 +1,132 @@
+"""Which module is running: a stack kept by global forward hooks, named relative to the model.
+
+Global hooks (``register_module_forward_pre_hook``) leave the user's module objects untouched, so a
+model can still be pickled with ``torch.save(model)`` while nanguard is attached.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules import module as _module
+
+__all__ = ["ModuleStack", "module_names", "param_names"]
+
+_NAMES: weakref.WeakKeyDictionary[nn.Module, dict[int, str]] = weakref.WeakKeyDictionary()
+
+
+def module_names(root: nn.Module) -> dict[int, str]:
+    """``id(module) -> path`` for every submodule of ``root`` (``""`` for the root)."""
+    names = _NAMES.get(root)
+    if names is None:
+        names = {id(m): n for n, m in root.named_modules(remove_duplicate=True)}
+        _NAMES[root] = names
+    return names
+
+
+def param_names(root: nn.Module) -> dict[int, str]:
+    """``data_ptr -> qualified name`` of ``root``'s parameters and floating buffers."""
+    out: dict[int, str] = {}
+    for n, p in root.named_parameters(remove_duplicate=True):
+        if p.device.type != "meta" and p.numel():
+            out.setdefault(p.data_ptr(), n)
+    for n, b in root.named_buffers(remove_duplicate=True):
+        if b is not None and b.is_floating_point() and b.device.type != "meta" and b.numel():
+            out.setdefault(b.data_ptr(), n)
+    return out
+
+
+class ModuleStack:
+    """The stack of modules whose ``forward`` is running, maintained by global hooks.
+
+    ``on_root_enter(module, args, kwargs)`` / ``on_root_exit(module, output)`` are called for
+    top-level module calls (the model, a loss module): the recorder uses them to capture what a
+    replay needs.
+    """
+
+    def __init__(self, root: nn.Module | None = None) -> None:
+        self.root = root
+        self.stack: list[nn.Module] = []
+        self.roots_seen: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+        self.on_root_enter: Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None] | None = None
+        self.on_root_exit: Callable[[nn.Module, Any], None] | None = None
+        self.on_enter: Callable[[nn.Module], None] | None = None
+        self.on_exit: Callable[[nn.Module, Any], None] | None = None
+        self._handles: list[Any] = []
+
+    # --- installation ------------------------------------------------------------------------
+    def install(self) -> None:
+        if self._handles:
+            return
+        self._handles = [
+            _module.register_module_forward_pre_hook(self._pre_hook),
+            _module.register_module_forward_hook(self._post_hook, always_call=True),
+        ]
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.stack.clear()
+
+    # --- hooks ---------------------------------------------------------------------------------
+    def _pre_hook(self, mod: nn.Module, args: tuple[Any, ...]) -> None:
+        if not self.stack:
+            self.roots_seen.add(mod)
+            if self.on_root_enter is not None:
+                self.on_root_enter(mod, args, {})
+        self.stack.append(mod)
+        if self.on_enter is not None:
+            self.on_enter(mod)
+
+    def _post_hook(self, mod: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        # pop up to and including ``mod`` (a forward that raised may have left entries behind)
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i] is mod:
+                del self.stack[i:]
+                break
+        if self.on_exit is not None:
+            self.on_exit(mod, output)
+        if not self.stack and self.on_root_exit is not None:
+            self.on_root_exit(mod, output)
+
+    # --- naming --------------------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        return len(self.stack)
+
+    def current(self) -> tuple[str | None, str | None]:
+        """(path, class name) of the innermost running module; ``(None, None)`` outside modules."""
+        if not self.stack:
+            return None, None
+        return self.path_of(self.stack[-1]), type(self.stack[-1]).__name__
+
+    def path_of(self, mod: nn.Module) -> str:
+        """Path of ``mod`` relative to the model (``encoder.layers.3.fc1``; ``""`` for the model).
+
+        The model is the ``root`` given to the stack, else the outermost running module. A module
+        that is not registered under it (one built inside ``forward``) is named after its nearest
+        registered ancestor: ``block.<Linear>``.
+        """
+        bases = [b for b in (self.root, self.stack[0] if self.stack else None) if b is not None]
+        for base in bases:
+            name = module_names(base).get(id(mod))
+            if name is not None:
+                return name
+        base = bases[-1] if bases else mod
+        names = module_names(base)
+        for anc in reversed(self.stack):
+            if anc is mod:
+                continue
+            parent = names.get(id(anc))
+            if parent is not None:
+                return f"{parent}.<{type(mod).__name__}>" if parent else f"<{type(mod).__name__}>"
+        return f"<{type(mod).__name__}>"
+
+
+def is_parameter_like(t: torch.Tensor) -> bool:
+    return isinstance(t, nn.Parameter)

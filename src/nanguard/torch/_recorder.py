@@ -1,0 +1,281 @@
+"""The step recorder: what a replay needs to re-run the current step exactly.
+
+While a guard is attached, every step is recorded as a short list of events:
+
+* a **root call** — a top-level module call (the model, a loss module) with its arguments and the
+  RNG state at its start (so dropout draws the same masks again);
+* a **tape op** — an aten op run *outside* any module (the loss written by hand, a ``.float()`` on
+  the batch, ``torch.log`` of the model's output), with its arguments and the user's source line;
+* a **backward** — the roots (the loss) and gradients of a backward pass.
+
+Recording is cheap: module calls are observed by the global hooks the guard needs anyway, and the
+tape's dispatch mode is pushed only while no module is running (it is popped at each root call,
+during backward, the optimizer step and data loading), so the ops inside the model cost nothing.
+Tensors made by earlier events are held weakly and recomputed in a replay; tensors that came from
+outside (the batch, weights) are referenced as they are; an in-place op on such a tensor keeps a
+copy of what it overwrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils.weak import WeakIdKeyDictionary
+
+from ..core.source import SourceLocation, user_frame
+from ._modules import ModuleStack
+
+__all__ = ["Backward", "Ref", "RootCall", "StepRecorder", "TapeOp"]
+
+_RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential",
+                 "cauchy", "geometric", "poisson", "random")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A tensor made by an earlier event: ``(event index, output index)``."""
+
+    event: int
+    out: int
+
+
+@dataclass
+class RngState:
+    cpu: torch.Tensor
+    cuda: list[torch.Tensor] | None = None
+
+    @classmethod
+    def capture(cls) -> RngState:
+        cuda = None
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            cuda = torch.cuda.get_rng_state_all()
+        return cls(torch.get_rng_state(), cuda)
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+
+
+@dataclass
+class TapeOp:
+    func: Any
+    args: Any
+    kwargs: Any
+    grad_enabled: bool
+    source: SourceLocation | None
+    rng: RngState | None = None
+    n_out: int = 0
+
+
+@dataclass
+class RootCall:
+    module: nn.Module
+    args: Any
+    kwargs: Any
+    grad_enabled: bool
+    source: SourceLocation | None
+    rng: RngState
+    n_out: int = 0
+
+
+@dataclass
+class Backward:
+    kind: str
+    roots: Any
+    grads: Any
+    inputs: Any
+    source: SourceLocation | None
+
+
+Event = TapeOp | RootCall | Backward
+
+
+def _flat(obj: Any) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+
+    def rec(o: Any) -> None:
+        if isinstance(o, torch.Tensor):
+            out.append(o)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                rec(v)
+        elif isinstance(o, dict):
+            for v in o.values():
+                rec(v)
+
+    rec(obj)
+    return out
+
+
+class _Tape(TorchDispatchMode):
+    """Records ops run outside any module (pushed only while no module is running)."""
+
+    def __init__(self, rec: StepRecorder) -> None:
+        super().__init__()
+        self.rec = rec
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        rec = self.rec
+        if rec.paused or rec.modules.depth:
+            return func(*args, **kwargs)
+        return rec._tape_op(func, args, kwargs)
+
+
+class StepRecorder:
+    """Keeps the events of the current step (see the module docstring).
+
+    ``max_events`` bounds the tape of one step; past it the oldest events are dropped and the
+    replay treats what they made as coming from outside.
+    """
+
+    def __init__(self, modules: ModuleStack, max_events: int = 4096) -> None:
+        self.modules = modules
+        self.max_events = max_events
+        self.events: list[Event] = []
+        self.truncated = False
+        self.paused = 0
+        self._made: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> Ref
+        self._tape = _Tape(self)
+        self._tape_on = False
+        self.enabled = True
+        self.resume_tape = False  # set while a guard is attached
+        self._pending_root: RootCall | None = None
+
+    # --- tape push/pop --------------------------------------------------------------------------
+    def tape_on(self) -> None:
+        if self._tape_on or not self.enabled or not self.resume_tape or self.paused:
+            return
+        self._tape.__enter__()
+        self._tape_on = True
+
+    def tape_off(self) -> None:
+        if not self._tape_on:
+            return
+        if _get_current_dispatch_mode() is self._tape:
+            self._tape.__exit__(None, None, None)
+            self._tape_on = False
+        # else: another mode was pushed above ours; leave the stack alone, ours passes through
+
+    @contextlib.contextmanager
+    def pause(self) -> Iterator[None]:
+        """No recording inside (backward, optimizer step, data loading, the replay itself)."""
+        self.paused += 1
+        was_on = self._tape_on
+        self.tape_off()
+        try:
+            yield
+        finally:
+            self.paused -= 1
+            if was_on and not self.paused and not self.modules.depth:
+                self.tape_on()
+
+    # --- recording --------------------------------------------------------------------------------
+    def new_step(self) -> None:
+        self.events = []
+        self.truncated = False
+        self._made = WeakIdKeyDictionary()
+
+    def _spec(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            ref = self._made.get(obj)
+            return ref if ref is not None else obj
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self._spec(v) for v in obj)
+        if isinstance(obj, dict):
+            return {k: self._spec(v) for k, v in obj.items()}
+        return obj
+
+    def _append(self, ev: Event) -> int:
+        if len(self.events) >= self.max_events:
+            self.truncated = True
+            return -1
+        self.events.append(ev)
+        return len(self.events) - 1
+
+    def _register_outputs(self, idx: int, outs: list[torch.Tensor]) -> int:
+        for j, t in enumerate(outs):
+            self._made[t] = Ref(idx, j)
+        return len(outs)
+
+    def _tape_op(self, func: Any, args: Any, kwargs: Any) -> Any:
+        name = getattr(func, "__name__", str(func))
+        rng = RngState.capture() if any(w in name for w in _RANDOM_WORDS) else None
+        sargs, skw = self._spec(args), self._spec(kwargs)
+        mutated = mutated_args(func, args, kwargs)
+        # an in-place op on a tensor from outside the step: keep what it overwrote
+        for t in mutated:
+            if self._made.get(t) is None:
+                sargs = _replace(sargs, t, t.detach().clone())
+                skw = _replace(skw, t, t.detach().clone())
+        ev = TapeOp(func, sargs, skw, torch.is_grad_enabled(), user_frame(3), rng)
+        out = func(*args, **kwargs)
+        idx = self._append(ev)
+        if idx >= 0:
+            ev.n_out = self._register_outputs(idx, mutated if mutated else _flat(out))
+        return out
+
+    def root_enter(self, mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.tape_off()
+        if self.paused or not self.enabled:
+            return
+        ev = RootCall(mod, self._spec(args), self._spec(kwargs), torch.is_grad_enabled(),
+                      user_frame(3), RngState.capture())
+        self._pending_root = ev
+
+    def root_exit(self, mod: nn.Module, output: Any) -> None:
+        ev = self._pending_root
+        if ev is not None and ev.module is mod and not self.paused:
+            idx = self._append(ev)
+            if idx >= 0:
+                ev.n_out = self._register_outputs(idx, _flat(output))
+        self._pending_root = None
+        if not self.paused:
+            self.tape_on()
+
+    def backward(self, kind: str, roots: Any, grads: Any, inputs: Any) -> None:
+        if not self.enabled:
+            return
+        self._append(Backward(kind, self._spec(list(roots)), self._spec(list(grads)),
+                              inputs, user_frame(4)))
+
+    @property
+    def has_events(self) -> bool:
+        return bool(self.events)
+
+
+def mutated_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
+    """The tensors an op writes in place (``self`` of ``add_``, ``out=``, the lists of foreach)."""
+    out: list[torch.Tensor] = []
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            if a.kwarg_only:
+                if a.name in kwargs:
+                    out.extend(_flat(kwargs[a.name]))
+            elif i < len(args):
+                out.extend(_flat(args[i]))
+            elif a.name in kwargs:
+                out.extend(_flat(kwargs[a.name]))
+    return out
+
+
+def _replace(obj: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
+    if obj is old:
+        return new
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_replace(v, old, new) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _replace(v, old, new) for k, v in obj.items()}
+    return obj
+
+
+def finite_scalar(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)

@@ -1,0 +1,685 @@
+"""The locator: find the op that made the first non-finite value, with provenance.
+
+A :class:`torch.utils._python_dispatch.TorchDispatchMode` sees every aten op of the forward pass,
+the backward pass (PyTorch's ReluGrad is ``aten.threshold_backward``) and the optimizer step. For
+each floating output it asks one question: is it finite? When it is not:
+
+* if a non-finite input flowed into the op, the output *inherits* that input's origin;
+* if all inputs were finite, this op is a new *origin* (its finding is filled in: op, phase,
+  module, source line, autograd node, input statistics);
+* a non-finite tensor that entered from outside (the batch, a weight) gets an origin of kind
+  ``data`` or ``parameter``.
+
+Nothing is reported when an origin is made: a ``-inf`` attention mask that a softmax turns back into
+finite values is not a problem. A finding is reported when a non-finite value *reaches* something
+that matters — the root of a backward pass (the loss), a gradient written to a leaf, a weight or
+optimizer state written in place — and it names the origin whose values got there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+from ..core.errors import NonFiniteError
+from ..core.finding import Finding
+from ..core.ops import SINGULAR_OPS, canonical_op
+from ..core.source import skip_dir, user_frame
+from . import _autograd
+from ._modules import ModuleStack, param_names
+from ._stats import checkable, counts, is_finite, iter_tensors, tensor_stats
+
+__all__ = ["Locator", "locate"]
+
+skip_dir(torch.__path__[0])
+
+_META_KEY = "nanguard"
+_SEQ = itertools.count()
+_aten = torch.ops.aten
+
+
+@dataclass
+class Origin:
+    """Where a family of non-finite values came from (one per origin op / bad input)."""
+
+    finding: Finding
+    seq: int = field(default_factory=lambda: next(_SEQ))
+    deliberate: bool = False  # made from an explicit inf/nan constant (masks)
+
+
+# ops that only move a value: a literal passing through them stays a literal
+_PASS_THROUGH = frozenset({"lift_fresh", "detach", "alias", "clone", "_to_copy", "view", "_unsafe_view",
+                           "expand", "unsqueeze", "squeeze", "reshape"})
+
+
+@dataclass
+class _SchemaInfo:
+    names: list[str]
+    mutated: list[int]  # positions of arguments written in place
+    mutated_kw: list[str]
+    inplace: bool
+    canonical: str
+    packet: str
+
+
+_SCHEMA_CACHE: dict[Any, _SchemaInfo] = {}
+
+
+def _schema(func: Any) -> _SchemaInfo:
+    info = _SCHEMA_CACHE.get(func)
+    if info is None:
+        args = func._schema.arguments
+        mutated = [i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write]
+        info = _SchemaInfo(
+            names=[a.name for a in args],
+            mutated=[i for i in mutated if not args[i].kwarg_only],
+            mutated_kw=[args[i].name for i in mutated if args[i].kwarg_only],
+            inplace=bool(mutated),
+            canonical=canonical_op(str(func)),
+            packet=str(func).split(".")[1] if str(func).count(".") >= 2 else str(func),
+        )
+        _SCHEMA_CACHE[func] = info
+    return info
+
+
+def _fmt_dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+class Locator(TorchDispatchMode):
+    """The dispatch mode behind :func:`locate`, the replay and ``--trace``.
+
+    Runs on every op while active (forward, backward, optimizer). ``on_sink`` decides what happens
+    when a non-finite value reaches the loss, a gradient or a weight: ``"raise"`` raises
+    :class:`NonFiniteError` at once, ``"record"`` appends to :attr:`findings` and goes on.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | None = None,
+        *,
+        modules: ModuleStack | None = None,
+        on_sink: str = "raise",
+        step: int | None = None,
+        detected_by: str = "trace",
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.modules = modules if modules is not None else ModuleStack(model)
+        self.on_sink = on_sink
+        self.step = step
+        self.detected_by = detected_by
+        self.findings: list[Finding] = []
+        self.recs: WeakIdKeyDictionary = WeakIdKeyDictionary()  # non-finite tensor -> Origin
+        self.producers: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> (op, parent op, ...)
+        self._pending: list[tuple[list[torch.Tensor], tuple[Any, ...]]] = []
+        self._params: dict[int, str] = {}
+        self._params_for: set[int] = set()
+        self.in_optimizer = 0
+        self.post_backward = False
+        self.relu_grad_note: str | None = None
+        # set by the replay: the recorded line of a tape op / of the call that fed the model
+        self.source_override: Any = None
+        self.call_source: Any = None
+        self.frame_stop: frozenset[Any] = frozenset()
+        # set by the replay: does this tensor hold (a view of) a parameter's gradient?
+        self.is_grad: Any = None
+
+    # --- naming of weights ----------------------------------------------------------------------
+    def refresh_params(self) -> None:
+        roots: list[nn.Module] = []
+        if self.model is not None:
+            roots.append(self.model)
+        roots.extend(self.modules.roots_seen)
+        key = {id(r) for r in roots}
+        if key == self._params_for and self._params:
+            return
+        self._params_for = key
+        self._params = {}
+        for r in roots:
+            for ptr, n in param_names(r).items():
+                self._params.setdefault(ptr, n)
+
+    def param_name(self, t: torch.Tensor) -> str | None:
+        if not checkable(t):
+            return None
+        if not self._params:
+            self.refresh_params()
+        try:
+            ptr = t.untyped_storage().data_ptr() if t.storage_offset() == 0 else t.data_ptr()
+        except Exception:
+            return None
+        return self._params.get(t.data_ptr()) or self._params.get(ptr)
+
+    # --- phase and location ----------------------------------------------------------------------
+    def _phase(self) -> tuple[str, Any]:
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            return "backward", node
+        if self.modules.depth:
+            return "forward", None
+        if self.in_optimizer or self.post_backward:
+            return "optimizer", None
+        return "forward", None
+
+    def _location(self, phase: str, node: Any) -> tuple[str | None, str | None, str | None, str | None]:
+        """(module path, module type, source "file:line", code line)."""
+        if phase == "backward":
+            meta = node.metadata.get(_META_KEY) if node is not None else None
+            if meta is not None:
+                return meta
+            return None, None, None, None
+        path, typ = self.modules.current()
+        loc = self.source_override
+        if loc is None:
+            loc = user_frame(3, self.frame_stop) or self.call_source
+        return path, typ, (loc.short if loc else None), (loc.code if loc else None)
+
+    def _flush_pending(self) -> None:
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        for outs, meta in pending:
+            for t in outs:
+                gf = t.grad_fn
+                if gf is not None:
+                    md: dict[str, Any] = gf.metadata  # type: ignore[assignment]
+                    if _META_KEY not in md:
+                        md[_META_KEY] = meta
+                    break
+
+    # --- the mode ----------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self._pending:
+            self._flush_pending()
+        info = _schema(func)
+
+        # in-place ops overwrite their input: look at it before the op runs
+        pre_bad: dict[int, bool] = {}
+        pre_stats: dict[int, Any] = {}
+        mutated: list[torch.Tensor] = []
+        if info.inplace:
+            for i in info.mutated:
+                if i < len(args):
+                    mutated.extend(t for t in iter_tensors(args[i]) if checkable(t))
+            for k in info.mutated_kw:
+                if k in kwargs:
+                    mutated.extend(t for t in iter_tensors(kwargs[k]) if checkable(t))
+            for t in mutated:
+                if t not in self.recs:
+                    pre_bad[id(t)] = not is_finite(t)
+                    if info.canonical in SINGULAR_OPS and t.numel() <= 1 << 22:
+                        pre_stats[id(t)] = tensor_stats(t, "self (before the op)")
+
+        out = func(*args, **kwargs)
+
+        if (
+            self.post_backward
+            and self.modules.depth == 0
+            and torch.is_grad_enabled()
+            and any(getattr(a, "requires_grad", False) for a in iter_tensors(args))
+        ):
+            self.post_backward = False  # a module-less forward pass started again
+
+        outs = [t for t in iter_tensors(out) if checkable(t)]
+        if mutated:
+            seen = {id(t) for t in outs}
+            outs.extend(t for t in mutated if id(t) not in seen)
+        if not outs:
+            return out
+
+        phase, node = self._phase()
+        name = str(func)
+        # remember who made each output (for "the input of log came from softmax")
+        parent: tuple[str, ...] = ()
+        for a in iter_tensors(args):
+            parent = self.producers.get(a, ())
+            if parent:
+                break
+        chain = (name, *parent[:2])
+        for t in outs:
+            self.producers[t] = chain
+
+        # forward ops that build autograd nodes: tag the node with module and source for backward
+        if (
+            phase != "backward"
+            and torch.is_grad_enabled()
+            and any(getattr(a, "requires_grad", False) for a in iter_tensors(args))
+        ):
+            self._pending.append((outs, self._location(phase, node)))
+
+        bad = [t for t in outs if not is_finite(t)]
+        if not bad:
+            # an in-place op may have cleaned a tracked tensor (nan_to_num_, masked_fill_)
+            for t in mutated:
+                self.recs.pop(t, None)
+            return out
+        self._on_nonfinite(func, info, args, kwargs, bad, mutated, pre_bad, pre_stats, phase, node, name)
+        return out
+
+    # --- provenance ------------------------------------------------------------------------------
+    def _on_nonfinite(
+        self,
+        func: Any,
+        info: _SchemaInfo,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        bad: list[torch.Tensor],
+        mutated: list[torch.Tensor],
+        pre_bad: dict[int, bool],
+        pre_stats: dict[int, Any],
+        phase: str,
+        node: Any,
+        name: str,
+    ) -> None:
+        inherited: Origin | None = None
+        mut_ids = {id(t) for t in mutated}
+        inputs = [t for t in iter_tensors(list(args) + list(kwargs.values())) if checkable(t)]
+        for t in inputs:
+            o = self.recs.get(t)
+            if o is not None and (inherited is None or o.seq < inherited.seq):
+                inherited = o
+        constant: float | None = None
+        if inherited is None:
+            # an input that came in non-finite from outside the locator: the batch, a weight, or
+            # a literal such as torch.tensor(float("nan"))
+            for t in inputs:
+                was_bad = pre_bad.get(id(t)) if id(t) in mut_ids else (not is_finite(t))
+                if not was_bad:
+                    continue
+                if t.numel() == 1 and self.param_name(t) is None and not isinstance(t, nn.Parameter):
+                    constant = float(t.detach().reshape(()).item())
+                    continue
+                inherited = self._external_origin(t, phase)
+                break
+        if inherited is None and constant is not None and info.packet in _PASS_THROUGH:
+            return  # lift_fresh/clone of a literal: the op that uses it is the origin
+        if inherited is None:
+            inherited = self._new_origin(func, info, args, kwargs, bad[0], pre_stats, phase, node, name)
+            if constant is not None:
+                inherited.deliberate = True
+                inherited.finding.details["constant"] = str(constant)
+        for t in bad:
+            self.recs[t] = inherited
+        if info.canonical in ("relu", "threshold") and phase == "forward" and inherited.seq != -1:
+            # early TensorFlow checked the forward input of every ReLU when building its gradient:
+            # the last ReLU a non-finite value passes through is where "ReluGrad input is not
+            # finite" fired, first thing in the backward pass
+            path, typ, src, _code = self._location(phase, node)
+            where = f"`{path}` ({typ})" if path else (f"the {typ}" if typ else "a relu")
+            self.relu_grad_note = (
+                f"TensorFlow's old `ReluGrad input is not finite` would have fired at {where}"
+                + (f", {src}" if src else "") + ", in the backward pass"
+            )
+
+        # sinks: a weight, a gradient or optimizer state written in place
+        if mutated and phase != "backward":
+            hit = [t for t in bad if id(t) in mut_ids]
+            pnames = [n for n in (self.param_name(t) for t in hit) if n]
+            if pnames:
+                self._reached(inherited, "parameters", parameters=pnames, op_now=name)
+            elif hit and self.is_grad is not None and any(self.is_grad(t) for t in hit):
+                gnames = [n for n in (self.is_grad(t) for t in hit) if n]
+                self._reached(inherited, "gradients", gradients=gnames, op_now=name)
+            elif hit and self.in_optimizer:
+                self._reached(inherited, "optimizer state", op_now=name)
+
+    def _external_origin(self, t: torch.Tensor, phase: str) -> Origin:
+        nan, pinf, ninf = counts(t)
+        pname = self.param_name(t) if not isinstance(t, nn.Parameter) else (self.param_name(t) or "parameter")
+        if pname is not None or isinstance(t, nn.Parameter):
+            mod = pname.rsplit(".", 1)[0] if pname and "." in pname else ("" if pname else None)
+            f = Finding(
+                phase=phase if phase != "data" else "forward",
+                op="parameter",
+                module=mod,
+                step=self.step,
+                dtype=_fmt_dtype(t),
+                shape=tuple(t.shape),
+                nan=nan,
+                posinf=pinf,
+                neginf=ninf,
+                detected_by=self.detected_by,
+                details={"origin": "parameter", "parameters": [pname] if pname else []},
+            )
+            return Origin(f)
+        path, typ = self.modules.current()
+        loc = self.source_override or self.call_source or user_frame(4, self.frame_stop)
+        f = Finding(
+            phase="data",
+            op="input",
+            module=path,
+            module_type=typ,
+            source=loc.short if loc else None,
+            source_code=loc.code if loc else None,
+            step=self.step,
+            dtype=_fmt_dtype(t),
+            shape=tuple(t.shape),
+            nan=nan,
+            posinf=pinf,
+            neginf=ninf,
+            detected_by=self.detected_by,
+            details={"origin": "data", "samples": bad_samples(t)},
+        )
+        return Origin(f, deliberate=t.numel() <= 1)
+
+    def _new_origin(
+        self,
+        func: Any,
+        info: _SchemaInfo,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        out: torch.Tensor,
+        pre_stats: dict[int, Any],
+        phase: str,
+        node: Any,
+        name: str,
+    ) -> Origin:
+        module, mtype, source, code = self._location(phase, node)
+        nan, pinf, ninf = counts(out)
+        stats = []
+        scalars: dict[str, Any] = {}
+        deliberate = False
+        producers: list[str] = []
+        vals = list(args) + [kwargs[k] for k in kwargs]
+        names = info.names[: len(args)] + list(kwargs)
+        for argname, v in zip(names, vals):
+            if isinstance(v, torch.Tensor):
+                if id(v) in pre_stats:
+                    stats.append(pre_stats[id(v)])
+                elif info.inplace and argname == info.names[0]:
+                    pass  # overwritten by the op: what it held before is not known
+                elif checkable(v) and len(stats) < 6:
+                    stats.append(tensor_stats(v, argname))
+                producers.extend(self.producers.get(v, ()))
+            elif isinstance(v, (list, tuple)) and v and isinstance(v[0], torch.Tensor):
+                for j, t in enumerate(v[:3]):
+                    if checkable(t):
+                        stats.append(tensor_stats(t, f"{argname}[{j}]"))
+            elif isinstance(v, bool) or v is None:
+                continue
+            elif isinstance(v, (int, float)):
+                scalars[argname] = v
+                if isinstance(v, float) and not math.isfinite(v):
+                    deliberate = True
+        grad_fn = node.name() if node is not None else None
+        details: dict[str, Any] = {}
+        if producers:
+            details["input_producers"] = producers[:4]
+        pnames: list[str] = []
+        if phase == "optimizer":
+            for t in iter_tensors(args[:1]):
+                n = self.param_name(t)
+                if n:
+                    pnames.append(n)
+            if pnames:
+                details["parameters"] = pnames
+                if module is None:
+                    module = pnames[0].rsplit(".", 1)[0] if "." in pnames[0] else ""
+        f = Finding(
+            phase=phase,
+            op=name,
+            module=module,
+            module_type=mtype,
+            source=source,
+            source_code=code,
+            grad_fn=grad_fn.split("::")[-1] if grad_fn else None,
+            step=self.step,
+            dtype=_fmt_dtype(out),
+            shape=tuple(out.shape),
+            nan=nan,
+            posinf=pinf,
+            neginf=ninf,
+            detected_by=self.detected_by,
+            inputs=stats,
+            scalars=scalars,
+            details=details,
+        )
+        if out.dtype in (torch.float16, torch.bfloat16) and (pinf or ninf):
+            _float32_check(func, args, kwargs, f)
+        return Origin(f, deliberate=deliberate)
+
+    # --- sinks -------------------------------------------------------------------------------------
+    def _reached(self, origin: Origin, what: str, **details: Any) -> None:
+        f = origin.finding
+        if f.reached is None:
+            f.reached = what
+        for k, v in details.items():
+            if v and k not in f.details:
+                f.details[k] = v
+        if f.step is None:
+            f.step = self.step
+        if self.relu_grad_note and "relu_grad" not in f.details:
+            f.details["relu_grad"] = self.relu_grad_note
+        if any(x is f for x in self.findings):
+            return
+        self.findings.append(f)
+        if self.on_sink == "raise":
+            raise NonFiniteError(f)
+
+    def origin_of(self, t: torch.Tensor) -> Origin | None:
+        o: Origin | None = self.recs.get(t)
+        return o
+
+    def check_roots(self, roots: Sequence[torch.Tensor]) -> None:
+        """Before a backward pass: is the loss (the root) already non-finite?"""
+        self._flush_pending()
+        for r in roots:
+            if isinstance(r, torch.Tensor) and checkable(r) and not is_finite(r):
+                origin = self.origin_of(r)
+                if origin is None:
+                    origin = self._external_origin(r, "forward")
+                self._reached(origin, "loss")
+
+    def check_grads(self, leaves: Sequence[torch.Tensor], grads: Sequence[Any] | None = None) -> None:
+        """After a backward pass: did a non-finite value reach a gradient?"""
+        items: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if grads is not None:
+            items = [(leaf, g) for leaf, g in zip(leaves, grads) if isinstance(g, torch.Tensor)]
+        else:
+            items = [(leaf, leaf.grad) for leaf in leaves if leaf.grad is not None]
+        bad = [(leaf, g) for leaf, g in items if checkable(g) and not is_finite(g)]
+        if not bad:
+            return
+        best: Origin | None = None
+        for _, g in bad:
+            o = self.origin_of(g)
+            if o is not None and (best is None or o.seq < best.seq):
+                best = o
+        if best is None:
+            # accumulated into an already non-finite .grad, or made outside the locator
+            leaf, g = bad[0]
+            nan, pinf, ninf = counts(g)
+            pname = self.param_name(leaf)
+            best = Origin(
+                Finding(
+                    phase="backward",
+                    op=None,
+                    module=pname.rsplit(".", 1)[0] if pname and "." in pname else None,
+                    step=self.step,
+                    dtype=_fmt_dtype(g),
+                    shape=tuple(g.shape),
+                    nan=nan,
+                    posinf=pinf,
+                    neginf=ninf,
+                    detected_by=self.detected_by,
+                    details={"note": "the gradient was non-finite before this backward pass"},
+                )
+            )
+        names = [n for n in (self.param_name(leaf) for leaf, _ in bad) if n]
+        self._reached(best, "gradients", gradients=names)
+
+
+def _float32_check(func: Any, args: Sequence[Any], kwargs: dict[str, Any], f: Finding) -> None:
+    """Re-run a low-precision op in float32: would it have stayed finite?"""
+    try:
+
+        def up(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16):
+                return x.detach().float()
+            if isinstance(x, torch.dtype) and x in (torch.float16, torch.bfloat16):
+                return torch.float32
+            if isinstance(x, (list, tuple)):
+                return type(x)(up(v) for v in x)
+            return x
+
+        info = _schema(func)
+        if info.inplace:
+            return
+        out32 = func(*[up(a) for a in args], **{k: up(v) for k, v in kwargs.items()})
+        t = next(iter(iter_tensors(out32)), None)
+        if t is not None and t.is_floating_point():
+            fin = bool(torch.isfinite(t).all())
+            f.details["float32_finite"] = fin
+            if fin:
+                f.details["float32_absmax"] = float(t.abs().max())
+    except Exception:  # the float32 re-run is evidence, never a requirement
+        return
+
+
+def bad_samples(t: torch.Tensor, limit: int = 20) -> list[dict[str, Any]]:
+    """Which samples (dim 0) and features of a batch hold NaN/Inf."""
+    if t.dim() == 0:
+        return [{"index": 0, "kind": "NaN" if torch.isnan(t).item() else "Inf"}]
+    x = t.detach()
+    bad = ~torch.isfinite(x)
+    rows = bad.reshape(bad.shape[0], -1).any(dim=1).nonzero().flatten()[:limit].tolist()
+    out = []
+    for i in rows:
+        row = bad[i].reshape(-1)
+        feats = row.nonzero().flatten()[:8].tolist()
+        vals = x[i].reshape(-1)[feats]
+        kind = "NaN" if bool(torch.isnan(vals).any()) else "Inf"
+        d: dict[str, Any] = {"index": int(i), "kind": kind}
+        if x.dim() > 1:
+            d["features"] = [int(j) for j in feats] if x.dim() == 2 else [
+                tuple(int(v) for v in torch.unravel_index(torch.tensor(j), x.shape[1:])) for j in feats
+            ]
+        out.append(d)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# the public context manager
+
+
+class _LocateListener(_autograd.BackwardListener):
+    def __init__(self, loc: Locator) -> None:
+        self.loc = loc
+        self.leaves: list[list[torch.Tensor]] = []
+
+    def before(
+        self,
+        kind: str,
+        roots: Sequence[torch.Tensor],
+        grads: Sequence[torch.Tensor | None],
+        inputs: Sequence[torch.Tensor] | None,
+    ) -> None:
+        self.loc.check_roots(roots)
+        self.leaves.append(list(inputs) if inputs is not None else graph_leaves(roots))
+
+    def after(
+        self,
+        kind: str,
+        roots: Sequence[torch.Tensor],
+        inputs: Sequence[torch.Tensor] | None,
+        result: Any,
+    ) -> None:
+        leaves = self.leaves.pop() if self.leaves else []
+        self.loc.post_backward = True
+        if kind == "grad":
+            self.loc.check_grads(leaves, list(result) if result is not None else [])
+        else:
+            self.loc.check_grads(leaves)
+
+
+def graph_leaves(roots: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The leaf tensors (weights) a backward pass from ``roots`` will write ``.grad`` into."""
+    out: list[torch.Tensor] = []
+    seen: set[int] = set()
+    stack = [r.grad_fn for r in roots if isinstance(r, torch.Tensor) and r.grad_fn is not None]
+    for r in roots:
+        if isinstance(r, torch.Tensor) and r.grad_fn is None and r.requires_grad:
+            out.append(r)
+    while stack:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        var = getattr(fn, "variable", None)
+        if isinstance(var, torch.Tensor):
+            out.append(var)
+            continue
+        for nxt, _ in fn.next_functions:
+            if nxt is not None:
+                stack.append(nxt)
+    return out
+
+
+@contextlib.contextmanager
+def locate(model: nn.Module | None = None, *, step: int | None = None) -> Iterator[Locator]:
+    """Raise :class:`NonFiniteError` naming the op that made the first NaN/Inf that mattered.
+
+    Wrap any code — forward, ``loss.backward()``, ``optimizer.step()`` — in it::
+
+        with nanguard.locate(model):
+            loss = model(x).sum()
+            loss.backward()
+
+    Runs on every op inside the block (the *trace* tier: about as costly as
+    ``torch.autograd.detect_anomaly``, but it checks forward, backward and the optimizer, for NaN
+    and Inf). It raises when a non-finite value reaches the loss (``backward()`` is called on it),
+    a gradient, or a weight — not before: a ``-inf`` mask that a softmax absorbs is no error, and
+    neither is a non-finite value that is made but never used for training. The error names the
+    *origin*: the op that made non-finite values from finite inputs, whose values got there.
+    ``model`` (optional) names modules relative to it.
+    """
+    stack = ModuleStack(model)
+    loc = Locator(model, modules=stack, on_sink="raise", step=step)
+
+    def opt_pre(opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        loc.in_optimizer += 1
+        # torch passes the bound call's positional args, the optimizer itself first
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if closure is None:
+            return None
+
+        def wrapped() -> Any:
+            loc.in_optimizer -= 1
+            try:
+                return closure()
+            finally:
+                loc.in_optimizer += 1
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": wrapped}
+        return (args[0], wrapped, *args[2:]), kwargs
+
+    def opt_post(opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        loc.in_optimizer = max(0, loc.in_optimizer - 1)
+        loc.post_backward = False
+
+    def on_enter(mod: nn.Module) -> None:
+        loc.post_backward = False
+
+    stack.on_enter = on_enter
+    stack.install()
+    bh = _autograd.add_backward_listener(_LocateListener(loc))
+    oh = _autograd.add_optimizer_listener(opt_pre, opt_post)
+    try:
+        with loc:
+            yield loc
+    finally:
+        bh.remove()
+        oh.remove()
+        stack.remove()

@@ -1,0 +1,223 @@
+"""Replay: re-run a recorded step under the locator to find where its NaN/Inf was made.
+
+Runs only after the watch tier saw a non-finite loss or gradient (so it costs nothing until a
+failure). The step's events are re-executed in order — root module calls with the RNG state they
+started with, tape ops with their recorded source lines, backward passes through
+``torch.autograd.grad`` (so no ``.grad`` is touched) — on the weights as they were before the
+update. Module buffers (BatchNorm statistics) and the RNG are put back afterwards: a replay leaves
+no trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core.finding import Finding
+from . import _autograd
+from ._modules import ModuleStack
+from ._recorder import Backward, Event, Ref, RngState, RootCall, TapeOp, _flat, mutated_args
+from ._stats import checkable
+from .locator import Locator, graph_leaves
+
+__all__ = ["replay"]
+
+
+@contextlib.contextmanager
+def _preserved(modules: Sequence[nn.Module]) -> Iterator[None]:
+    """Put buffers, training flags and the RNG back the way they were."""
+    rng = RngState.capture()
+    saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+    seen: set[int] = set()
+    for m in modules:
+        for b in m.buffers():
+            if id(b) not in seen and b.device.type != "meta":
+                seen.add(id(b))
+                saved.append((b, b.detach().clone()))
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, v in saved:
+                if b.shape == v.shape:
+                    b.copy_(v)
+        rng.restore()
+
+
+class _Values:
+    """Replayed counterparts: of tensors made by events (by :class:`Ref`), and of the real
+    ``.grad`` tensors (by identity) once the replay's own backward has computed them."""
+
+    def __init__(self) -> None:
+        self.made: dict[Ref, torch.Tensor] = {}
+        self.grads: dict[int, torch.Tensor] = {}  # id(real p.grad) -> replayed gradient
+        self.grad_ids: dict[int, str] = {}  # id of a replayed gradient (or its base) -> weight name
+
+    def resolve(self, obj: Any, clone_ext: bool = False) -> Any:
+        if isinstance(obj, Ref):
+            v = self.made.get(obj)
+            if v is None:
+                raise KeyError(obj)
+            return v
+        if isinstance(obj, torch.Tensor):
+            g = self.grads.get(id(obj))
+            if g is not None:
+                return g
+            return obj.detach().clone() if clone_ext else obj
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self.resolve(v, clone_ext) for v in obj)
+        if isinstance(obj, dict):
+            return {k: self.resolve(v, clone_ext) for k, v in obj.items()}
+        return obj
+
+    def add_grad(self, real: torch.Tensor, replayed: torch.Tensor, name: str) -> None:
+        self.grads[id(real)] = replayed
+        self.grad_ids[id(replayed)] = name
+        if replayed._base is not None:  # a gradient can itself be a view (addmm's weight grad)
+            self.grad_ids[id(replayed._base)] = name
+
+    def is_grad(self, t: torch.Tensor) -> str | None:
+        """The weight name if ``t`` is (a view of) a replayed gradient, else ``None``."""
+        name = self.grad_ids.get(id(t))
+        if name is None and t._base is not None:
+            name = self.grad_ids.get(id(t._base))
+        return name
+
+
+def replay(
+    events: Sequence[Event],
+    *,
+    model: nn.Module | None,
+    modules: ModuleStack,
+    step: int | None,
+) -> tuple[Finding | None, dict[str, Any]]:
+    """Re-run ``events`` under a recording :class:`Locator`; return its first finding.
+
+    The second value holds side evidence for the diagnosis: ``activation_scale`` (max |x| at the
+    output of each module, in call order) and ``complete`` (whether every event could be re-run).
+    """
+    roots = [ev.module for ev in events if isinstance(ev, RootCall)]
+    if model is not None:
+        roots.insert(0, model)
+    stack = ModuleStack(model)
+    loc = Locator(model, modules=stack, on_sink="record", step=step, detected_by="replay")
+    for r in roots:
+        stack.roots_seen.add(r)
+    scale: list[tuple[str, float]] = []
+
+    def on_exit(mod: nn.Module, output: Any) -> None:
+        ts = [t for t in _flat(output) if checkable(t)]
+        if ts and len(scale) < 512:
+            try:
+                v = max(float(t.detach().abs().max()) for t in ts)
+            except RuntimeError:
+                return
+            scale.append((stack.path_of(mod), v))
+
+    stack.on_exit = on_exit
+    values = _Values()
+    complete = True
+    loc.frame_stop = _STOP
+    loc.is_grad = values.is_grad
+    produced: set[int] = set()
+    grad_fn = _autograd.original_grad()
+    stack.install()
+    try:
+        with _preserved(roots), loc:
+            for i, ev in enumerate(events):
+                try:
+                    if isinstance(ev, TapeOp):
+                        _run_op(ev, i, values, loc, produced)
+                    elif isinstance(ev, RootCall):
+                        _run_root(ev, i, values, loc)
+                    elif isinstance(ev, Backward):
+                        _run_backward(ev, values, loc, grad_fn)
+                except KeyError:
+                    complete = False  # made by an event dropped from a long tape
+                    continue
+                if loc.findings:
+                    break
+    finally:
+        stack.remove()
+        loc.source_override = None
+        loc.is_grad = None
+    extra: dict[str, Any] = {"activation_scale": scale, "complete": complete}
+    return (loc.findings[0] if loc.findings else None), extra
+
+
+def _run_op(ev: TapeOp, i: int, values: _Values, loc: Locator, produced: set[int]) -> None:
+    mutated_ext = bool(mutated_args(ev.func, ev.args, ev.kwargs))
+    args = values.resolve(ev.args, clone_ext=mutated_ext)
+    kwargs = values.resolve(ev.kwargs, clone_ext=mutated_ext)
+    mut = mutated_args(ev.func, args, kwargs)
+    for t in mut:
+        # an in-place op on a view of a real tensor (the batch, a weight): its effect is already
+        # in that tensor; running it again would change the user's data
+        base = t._base
+        if base is not None and id(base) not in produced and not values.is_grad(t):
+            for j, m in enumerate(mut):
+                values.made[Ref(i, j)] = m
+            return
+    if ev.rng is not None:
+        ev.rng.restore()
+    loc.source_override = ev.source
+    try:
+        with torch.set_grad_enabled(ev.grad_enabled):
+            out = ev.func(*args, **kwargs)
+    finally:
+        loc.source_override = None
+    outs = mut if mut else _flat(out)
+    for j, t in enumerate(outs):
+        values.made[Ref(i, j)] = t
+        produced.add(id(t))
+
+
+def _run_root(ev: RootCall, i: int, values: _Values, loc: Locator) -> None:
+    args = values.resolve(ev.args)
+    kwargs = values.resolve(ev.kwargs)
+    ev.rng.restore()
+    loc.call_source = ev.source
+    try:
+        with torch.set_grad_enabled(ev.grad_enabled):
+            out = ev.module(*args, **kwargs)
+    finally:
+        loc.call_source = None
+    for j, t in enumerate(_flat(out)):
+        values.made[Ref(i, j)] = t
+
+
+def _run_backward(ev: Backward, values: _Values, loc: Locator, grad_fn: Any) -> None:
+    roots = values.resolve(ev.roots)
+    grads = values.resolve(ev.grads)
+    loc.source_override = ev.source
+    try:
+        loc.check_roots(roots)
+    finally:
+        loc.source_override = None
+    if loc.findings:
+        return
+    pairs = [(r, g) for r, g in zip(roots, grads + [None] * (len(roots) - len(grads)))
+             if isinstance(r, torch.Tensor) and r.requires_grad]
+    if not pairs:
+        return
+    rs = [r for r, _ in pairs]
+    gs = [g if g is not None else torch.ones_like(r) for r, g in pairs]
+    leaves = list(ev.inputs) if ev.inputs else graph_leaves(rs)
+    leaves = [t for t in leaves if t.requires_grad]
+    if not leaves:
+        return
+    res = grad_fn(rs, leaves, gs, retain_graph=True, allow_unused=True)
+    loc.post_backward = True
+    for leaf, g in zip(leaves, res):
+        if g is not None and leaf.grad is not None:
+            # code after backward() (clipping, a hand-written update) reads leaf.grad: give it
+            # the replayed gradient, never the real one
+            values.add_grad(leaf.grad, g, loc.param_name(leaf) or "?")
+    loc.check_grads(leaves, list(res))
+
+
+_STOP = frozenset({_run_op.__code__, _run_root.__code__, _run_backward.__code__})

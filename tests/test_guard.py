@@ -1,0 +1,240 @@
+"""attach(): watch every step, replay the failing one, raise or skip — on ordinary loops."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections import OrderedDict
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nanguard
+from nanguard import Cause, NonFiniteError
+from nanguard.demos import seed_torch
+
+
+def _mlp(d: int = 8) -> nn.Module:
+    return nn.Sequential(
+        OrderedDict(fc1=nn.Linear(d, 16), relu=nn.ReLU(), drop=nn.Dropout(0.1), fc2=nn.Linear(16, 1))
+    )
+
+
+def _all_finite(model: nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
+
+
+def test_seed_scenario_is_caught_at_its_origin_before_the_update() -> None:
+    with pytest.raises(NonFiniteError) as info:
+        seed_torch.train(seed_torch.LR)
+    f, d = info.value.finding, info.value.diagnosis
+    assert (f.op, f.phase, f.module, f.module_type) == ("aten.addmm.default", "forward", "fc2", "Linear")
+    assert f.detected_by == "replay" and f.reached == "loss"
+    assert f.step is not None and 2 <= f.step <= 8
+    assert "relu2" in f.details["relu_grad"]
+    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
+    assert any("lr=1" in fix for fix in d.fixes)
+    assert "fc2" in str(info.value)
+
+
+def test_seed_scenario_trains_with_a_sane_learning_rate() -> None:
+    guard, losses = seed_torch.train(0.01, steps=50)
+    assert guard.findings == [] and all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0]
+
+
+def test_nan_sample_in_the_batch_is_reported_as_data() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(32, 8)
+    x[5, 3] = float("nan")
+    y = torch.randn(32, 1)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        for xb, yb in loader:
+            opt.zero_grad()
+            F.mse_loss(model(xb), yb).backward()
+            opt.step()
+    f = info.value.finding
+    assert f.phase == "data" and f.step == 0
+    assert f.details["samples"] == [{"index": 5, "kind": "NaN", "features": [3]}]
+    assert info.value.diagnosis.cause is Cause.NONFINITE_INPUT
+    assert _all_finite(model)
+
+
+def test_hand_written_loss_outside_any_module() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch.no_grad():
+        model.fc2.bias.fill_(200.0)  # sigmoid saturates to exactly 1.0
+    x, y = torch.randn(16, 8), torch.zeros(16, 1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        opt.zero_grad()
+        p = torch.sigmoid(model(x))
+        loss = -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()  # log(sigmoid) BCE
+        loss.backward()
+        opt.step()
+    f = info.value.finding
+    assert (f.op, f.phase, f.module) == ("aten.log.default", "forward", None)
+    assert "torch.log(1 - p)" in (f.source_code or "")
+    d = info.value.diagnosis
+    assert d.cause is Cause.UNSAFE_OP
+    assert any("BCEWithLogitsLoss" in fix for fix in d.fixes)
+
+
+def test_without_an_optimizer_backward_is_the_step_marker() -> None:
+    class Norm(nn.Module):
+        def forward(self, v: torch.Tensor) -> torch.Tensor:
+            return torch.sqrt((v**2).sum(-1, keepdim=True))
+
+    model = nn.Sequential(OrderedDict(fc=nn.Linear(4, 4), norm=Norm()))
+    lr = 0.05
+    x = torch.randn(8, 4)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model):
+        for step in range(3):
+            if step == 2:
+                with torch.no_grad():
+                    model.fc.weight.zero_()
+                    model.fc.bias.zero_()
+            model(x).sum().backward()
+            with torch.no_grad():  # a classic hand-written update
+                for p in model.parameters():
+                    p -= lr * p.grad
+                    p.grad = None
+    f = info.value.finding
+    assert (f.phase, f.grad_fn, f.module, f.step) == ("backward", "SqrtBackward0", "norm", 2)
+    assert info.value.diagnosis.cause is Cause.UNSAFE_OP
+
+
+def test_injected_nan_gradient_is_caught_before_the_update() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        opt.zero_grad()
+        F.mse_loss(model(torch.randn(4, 8)), torch.randn(4, 1)).backward()
+        model.fc1.weight.grad[0, 0] = float("nan")
+        opt.step()
+    f = info.value.finding
+    assert f.reached == "gradients"
+    assert "fc1.weight" in str(f.details)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_skip_policy_counts_and_never_applies_a_bad_update() -> None:
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 8), torch.randn(16, 1)
+    with nanguard.attach(model, opt, policy="skip", max_consecutive_skips=3) as guard:
+        for step in range(6):
+            xb = x.clone()
+            if step in (2, 3):
+                xb[0, 0] = float("inf")
+            opt.zero_grad()
+            F.mse_loss(model(xb), y).backward()
+            opt.step()
+            assert guard.step_was_skipped == (step in (2, 3))
+            assert _all_finite(model)
+            if step == 4:
+                assert guard.notfinite_count == 0  # reset by a good step
+    assert guard.total_notfinite == 2 and len(guard.findings) == 2
+    assert all(f.phase == "data" for f, _ in guard.findings)
+
+
+def test_skip_policy_gives_up_after_n_consecutive_skips() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.full((4, 8), float("nan"))
+    with pytest.raises(nanguard.GiveUpError) as info, nanguard.attach(
+        model, opt, policy="skip", max_consecutive_skips=2
+    ):
+        for _ in range(5):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+    assert "2 consecutive" in str(info.value)
+
+
+def _train(seed: int, guard: bool, policy: str = "raise") -> list[torch.Tensor]:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 3, 0.5)
+    g = nanguard.attach(model, opt, policy=policy) if guard else None
+    try:
+        for _ in range(10):
+            x = torch.randn(16, 8)
+            opt.zero_grad(set_to_none=True)
+            loss = F.smooth_l1_loss(model(x * 2.0), x[:, :1])
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+    finally:
+        if g is not None:
+            g.detach()
+    return [t.detach().clone() for t in [*model.parameters(), *model.buffers()]]
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip"])
+def test_a_healthy_run_is_bit_for_bit_unchanged(policy: str) -> None:
+    plain = _train(1, guard=False)
+    guarded = _train(1, guard=True, policy=policy)
+    assert all(torch.equal(a, b) for a, b in zip(plain, guarded))
+
+
+def test_replay_leaves_no_trace() -> None:
+    from nanguard.torch._modules import ModuleStack
+    from nanguard.torch.guard import Guard
+    from nanguard.torch.replay import replay
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = Guard(model, opt).install()
+    try:
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        buffers = [b.clone() for b in model.buffers()]
+        rng = torch.get_rng_state()
+        grads = [p.grad.clone() for p in model.parameters()]
+        events = list(guard.recorder.events)
+        finding, extra = replay(events, model=model, modules=ModuleStack(model), step=0)
+    finally:
+        guard.detach()
+    assert finding is None and extra["complete"]
+    assert all(torch.equal(a, b) for a, b in zip(buffers, model.buffers()))
+    assert torch.equal(rng, torch.get_rng_state())
+    assert all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))
+
+
+def test_model_can_be_pickled_while_attached() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with nanguard.attach(model, opt):
+        model(torch.randn(2, 8)).sum().backward()
+        buf = io.BytesIO()
+        torch.save(model, buf)
+        buf.seek(0)
+        again = torch.load(buf, weights_only=False)
+    assert isinstance(again, nn.Sequential)
+
+
+def test_misuse_gets_clear_errors() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(TypeError, match=r"attach\(model=...\) expects a torch.nn.Module"):
+        nanguard.attach(opt)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"attach\(optimizer=...\)"):
+        nanguard.attach(model, torch.optim.lr_scheduler.StepLR(opt, 1))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="valid policies are raise, skip, recover"):
+        nanguard.attach(model, opt, policy="ignore")
+    g = nanguard.attach(model, opt)
+    try:
+        with pytest.raises(RuntimeError, match="already attached"):
+            nanguard.attach(model, opt)
+    finally:
+        g.detach()
+    g.detach()  # twice is fine
+    nanguard.attach(model, opt).detach()  # and attaching again after detach works
