@@ -15,6 +15,7 @@ __all__ = ["main"]
 COMMANDS = {
     "demo": "demo",
     "env": "env",
+    "run": "run",
 }
 
 

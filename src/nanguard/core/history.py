@@ -91,6 +91,10 @@ class History:
             old.layer_grad_norms = None
             old.layer_param_norms = None
 
+    def pop(self) -> StepRecord | None:
+        """Remove and return the newest record (``None`` when empty)."""
+        return self._records.pop() if self._records else None
+
     def __len__(self) -> int:
         return len(self._records)
 

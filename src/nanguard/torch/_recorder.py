@@ -217,8 +217,8 @@ class StepRecorder:
                 sargs = _replace(sargs, t, t.detach().clone())
                 skw = _replace(skw, t, t.detach().clone())
         ev = TapeOp(func, sargs, skw, torch.is_grad_enabled(), user_frame(3), rng)
+        idx = self._append(ev)  # before running it: an op that raises is part of the step too
         out = func(*args, **kwargs)
-        idx = self._append(ev)
         if idx >= 0:
             ev.n_out = self._register_outputs(idx, mutated if mutated else _flat(out))
         return out

@@ -39,8 +39,8 @@ from .watch import NormCheck, check_grads, check_params
 
 __all__ = ["POLICIES", "Guard", "attach"]
 
-#: valid values of ``policy``
-POLICIES = ("raise", "skip", "recover")
+
+from ..core.config import POLICIES
 
 _ATTACHED: weakref.WeakKeyDictionary[Any, Guard] = weakref.WeakKeyDictionary()
 _HYPER = ("lr", "eps", "momentum", "weight_decay", "betas", "alpha", "nesterov", "dampening")
@@ -109,6 +109,9 @@ class Guard(_autograd.BackwardListener):
         self._handles: list[Any] = []
         self._installed = False
         self._last_params_finite = True
+        self.on_step_end: list[Any] = []  # callables run after each step (the tracer's counter)
+        self._ended_by_backward = False
+        self._carry_loss: float | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
     def install(self) -> Guard:
@@ -231,6 +234,7 @@ class Guard(_autograd.BackwardListener):
             self._failure(chk, leaves, where="backward")
         self._record(chk, None)
         self._end_step()
+        self._ended_by_backward = True
 
     # --- optimizer -----------------------------------------------------------------------------
     def _pre_step(
@@ -242,6 +246,15 @@ class Guard(_autograd.BackwardListener):
         self.recorder.tape_off()
         if self._primary is None:
             self._primary = opt
+            if self._ended_by_backward:
+                # the first step was counted at backward() before an optimizer was seen: this
+                # optimizer step belongs to it
+                self.step = max(0, self.step - 1)
+                popped = self.history.pop()
+                self._carry_loss = popped.loss if popped is not None else None
+                for fn in self.on_step_end:
+                    fn()
+        self._ended_by_backward = False
         self.step_was_skipped = False
         if self._leaves is not None and self.optimizer is None:
             self._leaves = None
@@ -282,9 +295,11 @@ class Guard(_autograd.BackwardListener):
         lr = None
         if self._primary is not None and self._primary.param_groups:
             lr = _plain(self._primary.param_groups[0].get("lr"))
+        loss = g.losses[0] if g is not None and g.losses else self._carry_loss
+        self._carry_loss = None
         rec = StepRecord(
             step=self.step,
-            loss=g.losses[0] if g is not None and g.losses else None,
+            loss=loss,
             grad_norm=g.norm if g is not None else None,
             param_norm=p.norm if p is not None else None,
             lr=lr if isinstance(lr, float) else None,
@@ -305,6 +320,8 @@ class Guard(_autograd.BackwardListener):
         self._losses = []
         self._pending = None
         self.recorder.new_step()
+        for fn in self.on_step_end:
+            fn()
 
     # --- failures ---------------------------------------------------------------------------------
     def _failure(

@@ -221,7 +221,11 @@ class Locator(TorchDispatchMode):
                     if info.canonical in SINGULAR_OPS and t.numel() <= 1 << 22:
                         pre_stats[id(t)] = tensor_stats(t, "self (before the op)")
 
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except Exception as exc:
+            self._on_failed_op(func, args, kwargs, exc)
+            raise
 
         if (
             self.post_backward
@@ -333,6 +337,27 @@ class Locator(TorchDispatchMode):
                 self._reached(inherited, "gradients", gradients=gnames, op_now=name)
             elif hit and self.in_optimizer:
                 self._reached(inherited, "optimizer state", op_now=name)
+
+    def _on_failed_op(self, func: Any, args: Any, kwargs: dict[str, Any], exc: Exception) -> None:
+        """An op raised (``multinomial`` on NaN probabilities, ...): was a non-finite input why?"""
+        if isinstance(exc, NonFiniteError):
+            return
+        inputs = [t for t in iter_tensors(list(args) + list(kwargs.values())) if checkable(t)]
+        origin: Origin | None = None
+        for t in inputs:
+            o = self.recs.get(t)
+            if o is not None and (origin is None or o.seq < origin.seq):
+                origin = o
+        if origin is None:
+            phase, _node = self._phase()
+            for t in inputs:
+                if not is_finite(t):
+                    origin = self._external_origin(t, phase)
+                    break
+        if origin is not None:
+            self._reached(
+                origin, f"input of `{func}`, which then raised {type(exc).__name__}", error=str(exc)[:300]
+            )
 
     def _external_origin(self, t: torch.Tensor, phase: str) -> Origin:
         nan, pinf, ninf = counts(t)

@@ -139,6 +139,11 @@ def replay(
                 except KeyError:
                     complete = False  # made by an event dropped from a long tape
                     continue
+                except Exception:
+                    # an op raised again (multinomial on NaN probabilities): the locator has
+                    # recorded whether a non-finite input was why; nothing after it can run
+                    complete = bool(loc.findings)
+                    break
                 if loc.findings:
                     break
     finally:

@@ -1,0 +1,44 @@
+"""``nanguard run [options] script.py [args...]``: guard an unmodified training script."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..core.config import POLICIES, policy_from_env
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a training script under guard, unchanged",
+        description="Run SCRIPT as `python SCRIPT ARGS...` would, with nanguard watching every "
+        "step. On the first non-finite value: print where it was made, why, and what to change, "
+        "and exit with status 3 (policy 'raise').",
+    )
+    p.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default=None,
+        help="what to do on a non-finite value: raise (stop, default), skip (drop the update), "
+        "recover (skip, roll back, back off the learning rate, clip, drop bad samples). "
+        "Default: $NANGUARD_POLICY or raise.",
+    )
+    p.add_argument("--json", metavar="PATH", help="write the run log (schema 1) to PATH")
+    p.add_argument("--report", metavar="PATH", help="write a self-contained HTML report to PATH")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="check every op (slower): for code that never calls an optimizer or backward()",
+    )
+    p.add_argument("script", help="the Python script to run")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    p.set_defaults(command="run")
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..runner import RunOptions, run_script
+
+    policy = args.policy or policy_from_env()
+    opts = RunOptions(policy=policy, json_path=args.json, report_path=args.report, trace=args.trace)
+    return run_script(args.script, args.args, opts)

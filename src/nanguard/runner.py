@@ -1,0 +1,254 @@
+"""Run an unmodified training script under guard (``nanguard run script.py``).
+
+The script runs as ``__main__`` — its ``sys.argv``, working directory, ``sys.path[0]`` and
+``if __name__ == "__main__"`` behave as with ``python script.py`` — and the framework adapters
+install themselves the moment the script imports their framework (a post-import hook), so a
+PyTorch script never loads TensorFlow and the other way round.
+
+Exit status: the script's own when it ends (healthy or recovered); **3** when it stopped on a
+non-finite value (also when the NaN made the script fail in its own way, e.g. in
+``torch.multinomial``); 1 for an unrelated exception (its traceback is printed as Python would);
+2 for a missing script or bad arguments; 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import runpy
+import signal
+import sys
+import time
+import traceback
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .core.errors import NonFiniteError
+from .core.runlog import RunLog
+
+__all__ = ["EXIT_NONFINITE", "RunOptions", "run_script"]
+
+EXIT_NONFINITE = 3
+
+
+class Session(Protocol):
+    framework: str
+    notes: list[str]
+
+    def install(self) -> None: ...
+    def uninstall(self) -> None: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def history(self) -> Any: ...
+    @property
+    def events(self) -> list[Any]: ...
+    @property
+    def recoveries(self) -> list[dict[str, Any]]: ...
+    def complete(self, err: NonFiniteError) -> NonFiniteError: ...
+    def explain_crash(self, exc: BaseException) -> NonFiniteError | None: ...
+
+
+@dataclass
+class RunOptions:
+    policy: str = "raise"
+    json_path: str | None = None
+    report_path: str | None = None
+    trace: bool = False
+    guard_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------
+# post-import hooks: install an adapter when its framework is imported
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner: importlib.abc.Loader, callback: Callable[[], None]) -> None:
+        self.inner = inner
+        self.callback = callback
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.inner.exec_module(module)
+        self.callback()
+
+
+class _PostImport(importlib.abc.MetaPathFinder):
+    """Calls ``hooks[name]()`` right after the top-level package ``name`` finished importing."""
+
+    def __init__(self, hooks: dict[str, Callable[[], None]]) -> None:
+        self.hooks = dict(hooks)
+        self._busy: set[str] = set()
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.hooks or fullname in self._busy:
+            return None
+        self._busy.add(fullname)
+        try:
+            import importlib.util
+
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy.discard(fullname)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _Loader(spec.loader, self.hooks.pop(fullname))
+        return spec
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def _user_traceback(exc: BaseException, script: str) -> str:
+    """The traceback as ``python script.py`` would print it: from the script's first frame."""
+    tb = exc.__traceback__
+    script = os.path.abspath(script)
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != script:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+
+
+def _print_finding(err: NonFiniteError, stream: Any) -> None:
+    from .cli._console import make_console, print_finding
+
+    print_finding(make_console(stream), err.finding, err.diagnosis)
+
+
+def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
+    """Run ``script`` with ``args`` under nanguard; return the exit status."""
+    if not os.path.isfile(script):
+        print(f"nanguard run: no such file: {script}", file=sys.stderr)
+        return 2
+    try:
+        with open(script, "rb") as fh:
+            source = fh.read()
+        code = compile(source, script, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        print(f"nanguard run: {script} does not compile:", file=sys.stderr)
+        traceback.print_exception(type(exc), exc, None, file=sys.stderr)
+        return 1
+    del code
+
+    log = RunLog(script=script, argv=list(args), started=time.time())
+    sessions: list[Session] = []
+
+    def install_torch() -> None:
+        from .torch.session import TorchSession
+
+        s = TorchSession(policy=opts.policy, trace=opts.trace, **opts.guard_kwargs)
+        s.install()
+        sessions.append(s)
+
+    hooks: dict[str, Callable[[], None]] = {}
+    if "torch" in sys.modules:
+        install_torch()
+    else:
+        hooks["torch"] = install_torch
+    finder = _PostImport(hooks)
+    sys.meta_path.insert(0, finder)
+
+    old_argv, old_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    sys.argv = [script, *args]
+    script_dir = os.path.dirname(os.path.abspath(script))
+    sys.path.insert(0, script_dir)
+    old_term = signal.getsignal(signal.SIGTERM)
+
+    def _term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    if old_term in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _term)
+
+    t0 = time.perf_counter()
+    status = 0
+    err_to_print: NonFiniteError | None = None
+    try:
+        runpy.run_path(script, run_name="__main__")
+        log.status = "ok"
+    except NonFiniteError as err:
+        err_to_print = _complete(err, sessions)
+        log.status = "nonfinite"
+        status = EXIT_NONFINITE
+    except SystemExit as exc:
+        status = _exit_code(exc.code)
+        log.status = "ok"
+        if exc.code not in (None, 0) and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        log.status = "interrupted"
+        status = 130
+        print("nanguard run: interrupted", file=sys.stderr)
+    except BaseException as exc:
+        explained = None
+        for s in sessions:
+            explained = s.explain_crash(exc)
+            if explained is not None:
+                break
+        if explained is not None:
+            err_to_print = explained
+            log.status = "nonfinite"
+            status = EXIT_NONFINITE
+            log.error = f"{type(exc).__name__}: {exc}"
+            sys.stderr.write(_user_traceback(exc, script))
+            sys.stderr.write("\nnanguard: the error above was caused by a non-finite value:\n")
+        else:
+            log.status = "error"
+            log.error = f"{type(exc).__name__}: {exc}"
+            sys.stderr.write(_user_traceback(exc, script))
+            status = 1
+    finally:
+        sys.argv = old_argv
+        if sys.path and sys.path[0] == script_dir:
+            sys.path.pop(0)
+        elif old_path0 is not None and script_dir in sys.path:
+            sys.path.remove(script_dir)
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        if signal.getsignal(signal.SIGTERM) is _term:
+            signal.signal(signal.SIGTERM, old_term)
+        log.duration_s = time.perf_counter() - t0
+        for s in sessions:
+            log.framework = s.framework
+            log.steps = max(log.steps, s.steps)
+            log.history = s.history
+            log.events.extend(s.events)
+            log.recoveries.extend(s.recoveries)
+            log.notes.extend(s.notes)
+            s.uninstall()
+        if log.status == "ok" and log.recoveries:
+            log.status = "recovered"
+        elif log.status == "ok" and log.events:
+            log.status = "recovered"  # skipped steps: met non-finite values, finished anyway
+        log.exit_code = status
+        if err_to_print is not None:
+            sys.stdout.flush()
+            _print_finding(err_to_print, sys.stderr)
+        if opts.json_path:
+            log.write(opts.json_path)
+        if opts.report_path:
+            from .core.report_html import write_report
+
+            write_report(log, opts.report_path)
+    return status
+
+
+def _complete(err: NonFiniteError, sessions: list[Session]) -> NonFiniteError:
+    for s in sessions:
+        if err.finding.framework == s.framework:
+            return s.complete(err)
+    return err
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    return 1

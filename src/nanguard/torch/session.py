@@ -1,0 +1,128 @@
+"""``nanguard run`` for PyTorch: one global guard for a script nanguard did not write.
+
+Installed as soon as the script imports torch. It watches every optimizer (or, without one,
+every ``backward()``), with the modules the script calls discovered as it runs. ``trace=True``
+also keeps a locator on every op, for code that has no optimizer step to hook.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..core.diagnosis import Diagnosis, diagnose
+from ..core.errors import NonFiniteError
+from ..core.finding import Finding
+from ..core.history import History
+from .guard import Guard
+from .locator import Locator, _LocateListener
+from .replay import replay
+
+__all__ = ["TorchSession"]
+
+
+class TorchSession:
+    """The torch side of a ``nanguard run``: a global :class:`Guard`, optionally a tracer."""
+
+    framework = "torch"
+
+    def __init__(self, policy: str = "raise", trace: bool = False, **guard_kwargs: Any) -> None:
+        self.guard = Guard(None, None, policy=policy, **guard_kwargs)
+        self.trace = trace
+        self._locator: Locator | None = None
+        self._handles: list[Any] = []
+        self.notes: list[str] = []
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def install(self) -> None:
+        self.guard.install()
+        if self.trace:
+            from . import _autograd
+
+            # the tracer sees every op itself: the step recorder would only add cost
+            self.guard.recorder.resume_tape = False
+            self.guard.recorder.tape_off()
+            self.guard.replay_enabled = False
+            loc = Locator(None, modules=self.guard.modules, on_sink="raise", detected_by="trace")
+            self._locator = loc
+            self._handles.append(_autograd.add_backward_listener(_LocateListener(loc)))
+            self._handles.append(_autograd.add_optimizer_listener(self._opt_pre, self._opt_post))
+            self.guard.on_step_end.append(self._sync_step)
+            loc.__enter__()
+
+    def uninstall(self) -> None:
+        if self._locator is not None:
+            from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+            if _get_current_dispatch_mode() is self._locator:
+                self._locator.__exit__(None, None, None)
+            self._locator = None
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.guard.detach()
+
+    def _opt_pre(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self._locator is not None:
+            self._locator.in_optimizer += 1
+
+    def _opt_post(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self._locator is not None:
+            self._locator.in_optimizer = max(0, self._locator.in_optimizer - 1)
+            self._locator.post_backward = False
+
+    def _sync_step(self) -> None:
+        if self._locator is not None:
+            self._locator.step = self.guard.step
+
+    # --- results --------------------------------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        return self.guard.step
+
+    @property
+    def history(self) -> History:
+        return self.guard.history
+
+    @property
+    def events(self) -> list[tuple[Finding, Diagnosis | None]]:
+        return list(self.guard.findings)
+
+    @property
+    def recoveries(self) -> list[dict[str, Any]]:
+        return list(getattr(self.guard, "recoveries", []))
+
+    def complete(self, err: NonFiniteError) -> NonFiniteError:
+        """Fill in what a tracer's error lacks (step, diagnosis) and remember it."""
+        f = err.finding
+        if f.step is None:
+            f.step = self.guard.step
+        if err.diagnosis is None:
+            if not self.guard.history.healthy():
+                f.details.setdefault("first_step", True)
+            err.diagnosis = diagnose(f, self.guard.history, self.guard.context())
+        if not any(x is f for x, _ in self.guard.findings):
+            self.guard.findings.append((f, err.diagnosis))
+        return err
+
+    def explain_crash(self, exc: BaseException) -> NonFiniteError | None:
+        """The script raised something else: did a non-finite value cause it?
+
+        Replays what the current step recorded so far; a NaN that made ``torch.multinomial``
+        or a ``Categorical`` raise is reported before the script's own traceback.
+        """
+        rec = self.guard.recorder
+        if not rec.events or self.trace:
+            return None
+        try:
+            finding, extra = replay(rec.events, model=None, modules=self.guard.modules, step=self.guard.step)
+        except Exception:  # the replay is a best effort here; the script's error stands
+            return None
+        if finding is None:
+            return None
+        if extra.get("activation_scale"):
+            finding.details.setdefault("activation_scale", extra["activation_scale"][:32])
+        diag = diagnose(finding, self.guard.history, self.guard.context())
+        self.guard.findings.append((finding, diag))
+        return NonFiniteError(finding, diag)
