@@ -15,7 +15,10 @@ __all__ = ["make_console", "print_finding"]
 
 
 def make_console(file: TextIO | None = None) -> Console:
-    return Console(file=file or sys.stdout, highlight=False, soft_wrap=False)
+    """Rich on a terminal; 120 columns and no colour when redirected (logs, CI, pipes)."""
+    f = file or sys.stdout
+    tty = hasattr(f, "isatty") and f.isatty()
+    return Console(file=f, highlight=False, soft_wrap=False, width=None if tty else 120)
 
 
 def print_finding(console: Console, finding: Finding, diagnosis: Diagnosis | None) -> None:

@@ -29,6 +29,7 @@ class StepRecord:
     grad_norm: float | None = None
     param_norm: float | None = None
     lr: float | None = None
+    update_norm: float | None = None  # estimated |Δw| of this step's update (adapter's estimate)
     finite: bool = True
     skipped: bool = False
     event: str | None = None  # "nonfinite", "skip", "rollback", ...
@@ -37,12 +38,16 @@ class StepRecord:
 
     @property
     def update_ratio(self) -> float | None:
-        """Approximate ``|Δw| / |w|`` for an SGD-like update: ``lr · |g| / |w|``."""
-        if self.lr is None or self.grad_norm is None or not self.param_norm:
+        """``|Δw| / |w|`` with the adapter's estimate of ``|Δw|`` (else ``lr · |g|``, exact for
+        plain SGD)."""
+        if not self.param_norm or not math.isfinite(self.param_norm):
             return None
-        if not (math.isfinite(self.grad_norm) and math.isfinite(self.param_norm)):
-            return None
-        return self.lr * self.grad_norm / self.param_norm
+        upd = self.update_norm
+        if upd is None:
+            if self.lr is None or self.grad_norm is None or not math.isfinite(self.grad_norm):
+                return None
+            upd = self.lr * self.grad_norm
+        return upd / self.param_norm if math.isfinite(upd) else None
 
     def to_dict(self) -> dict[str, Any]:
         def clean(x: Any) -> Any:
@@ -131,6 +136,13 @@ class History:
         if len(vals) < 2 or vals[0] <= 0 or vals[-1] <= 0:
             return None
         return float((vals[-1] / vals[0]) ** (1.0 / (len(vals) - 1)))
+
+    def median_update_ratio(self, n: int = 20) -> float | None:
+        """Median ``|Δw|/|w|`` over the last ``n`` healthy steps."""
+        vals = sorted(
+            r.update_ratio for r in self.healthy()[-n:] if r.update_ratio is not None
+        )
+        return vals[len(vals) // 2] if vals else None
 
     def median(self, name: str, n: int | None = None) -> float | None:
         vals = sorted(self.series(name, n))

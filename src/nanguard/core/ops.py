@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "ADAPTIVE_OPTIMIZERS",
     "LINEAR_OPS",
     "SINGULAR_OPS",
     "canonical_op",
@@ -76,6 +77,25 @@ SINGULAR_OPS = frozenset(
         "addcdiv", "_foreach_addcdiv", "_foreach_div", "_foreach_sqrt", "_foreach_reciprocal",
     }
 )
+
+#: optimizers whose per-element step is about ``lr`` whatever the gradient's scale
+ADAPTIVE_OPTIMIZERS = frozenset(
+    {"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "Adafactor",
+     "SparseAdam", "Lion", "Adam8bit", "AdamWScheduleFree", "Nadam", "Adamw"}
+)
+
+
+def update_norm_estimate(
+    optimizer: str | None, lr: float | None, grad_norm: float | None, num_params: int | None
+) -> float | None:
+    """Estimated ``|Δw|`` of one step: ``lr·|g|`` for SGD-like updates, ``lr·sqrt(n)`` for
+    adaptive ones (Adam's per-element step is about ``lr``)."""
+    if lr is None:
+        return None
+    if optimizer in ADAPTIVE_OPTIMIZERS:
+        return lr * num_params**0.5 if num_params else None
+    return lr * grad_norm if grad_norm is not None else None
+
 
 _SUFFIX = re.compile(r"Backward\d*$")
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")

@@ -68,7 +68,8 @@ def event_dict(f: Finding, d: Diagnosis | None) -> dict[str, Any]:
         "scalars": dict(f.scalars),
         "details": dict(f.details),
     }
-    return _json_safe(ev)  # type: ignore[no-any-return]
+    out: dict[str, Any] = _json_safe(ev)
+    return out
 
 
 @dataclass

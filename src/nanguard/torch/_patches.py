@@ -1,8 +1,12 @@
-"""Class-level patches that pause step recording where ops are not part of the step.
+"""Class-level patches, installed while a guard is active and removed with the last one.
 
-Data loading (``DataLoader`` iteration with ``num_workers=0`` runs the dataset's ops in this
-process) and ``zero_grad`` are not part of what a replay needs. The patches are installed while at
-least one recorder is active and removed with the last; user objects are never touched.
+* Step recording pauses where ops are not part of the step: data loading (``DataLoader``
+  iteration with ``num_workers=0`` runs the dataset's ops in this process; creating the iterator
+  forks workers) and ``zero_grad``.
+* LR schedulers and GradScalers created while a guard is active are registered, so a rollback
+  restores their state too; ``GradScaler.step`` reports whether it skipped the optimizer step.
+
+User objects are never touched.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ def _paused(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 _TARGETS: list[tuple[Any, str]] = [
     (_dl._BaseDataLoaderIter, "__next__"),
+    (_dl._BaseDataLoaderIter, "__init__"),
     (torch.optim.Optimizer, "zero_grad"),
     (torch.nn.Module, "zero_grad"),
 ]
@@ -63,3 +68,87 @@ def unregister_recorder(rec: StepRecorder) -> None:
         while _saved:
             owner, name, orig = _saved.pop()
             setattr(owner, name, orig)
+
+
+# --- schedulers, scalers ------------------------------------------------------------------------
+
+_guards: list[Any] = []
+_saved_g: list[tuple[Any, str, Callable[..., Any]]] = []
+
+
+def _sched_init(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        orig(self, *args, **kwargs)
+        from .snapshot import SCHEDULERS
+
+        SCHEDULERS.add(self)
+
+    return __init__
+
+
+def _scaler_init(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        orig(self, *args, **kwargs)
+        from .snapshot import SCALERS
+
+        SCALERS.add(self)
+
+    return __init__
+
+
+def _scaler_step(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        before = _steps_seen.get(id(optimizer), 0)
+        out = orig(self, optimizer, *args, **kwargs)
+        stepped = _steps_seen.get(id(optimizer), 0) != before
+        for g in list(_guards):
+            g.scaler_step(self, optimizer, stepped)
+        return out
+
+    return step
+
+
+_steps_seen: dict[int, int] = {}
+
+
+def _count_step(opt: Any, args: Any, kwargs: Any) -> None:
+    _steps_seen[id(opt)] = _steps_seen.get(id(opt), 0) + 1
+
+
+_count_handle: Any = None
+
+
+def register_guard(guard: Any) -> None:
+    global _count_handle
+    if not _guards:
+        from torch.amp import grad_scaler
+        from torch.optim import lr_scheduler
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        targets = [
+            (lr_scheduler.LRScheduler, "__init__", _sched_init),
+            (grad_scaler.GradScaler, "__init__", _scaler_init),
+            (grad_scaler.GradScaler, "step", _scaler_step),
+        ]
+        for owner, name, wrap in targets:
+            orig = owner.__dict__[name]
+            _saved_g.append((owner, name, orig))
+            setattr(owner, name, wrap(orig))
+        _count_handle = register_optimizer_step_pre_hook(_count_step)
+    _guards.append(guard)
+
+
+def unregister_guard(guard: Any) -> None:
+    global _count_handle
+    if guard in _guards:
+        _guards.remove(guard)
+    if not _guards:
+        while _saved_g:
+            owner, name, orig = _saved_g.pop()
+            setattr(owner, name, orig)
+        if _count_handle is not None:
+            _count_handle.remove()
+            _count_handle = None

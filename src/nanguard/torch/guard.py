@@ -4,11 +4,13 @@ What runs when, in a training step::
 
     out = model(x)            # root call recorded (args, RNG state)     -- global module hooks
     loss = crit(out, y)       # ops outside modules go on the step's tape
-    loss.backward()           # roots recorded; without an optimizer: fused check afterwards
+    loss.backward()           # roots recorded; without an optimizer: the check runs after it
     optimizer.step()          # pre-step hook: ONE fused check of loss + gradients
+                              #   (with torch.distributed: one all-reduce of the flag)
                               #   non-finite -> replay the step under the locator -> diagnose
-                              #   -> policy (raise / skip)
-                              # post-step hook: fused check of the weights, history updated
+                              #   -> policy: raise / skip / drop the batch / roll back
+                              #   healthy -> learning-rate back-off and clipping, if switched on
+                              # post-step hook: fused check of the weights, history, snapshot
 
 The guard never touches the user's module objects (hooks are global), so ``torch.save(model)``
 keeps working while it is attached.
@@ -16,6 +18,7 @@ keeps working while it is attached.
 
 from __future__ import annotations
 
+import gc
 import math
 import weakref
 from collections.abc import Sequence
@@ -24,23 +27,24 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core.config import POLICIES
 from ..core.diagnosis import Diagnosis, RunContext, diagnose
 from ..core.errors import GiveUpError, NonFiniteError
 from ..core.finding import Finding
 from ..core.history import History, StepRecord
+from ..core.ops import update_norm_estimate
+from ..core.policy import Recovery
 from ..core.source import user_frame
-from . import _autograd, _patches
+from . import _autograd, _dist, _patches
 from ._modules import ModuleStack
 from ._recorder import StepRecorder
-from ._stats import counts
+from ._stats import all_finite, counts
 from .locator import graph_leaves
 from .replay import replay
+from .snapshot import SCALERS, SCHEDULERS, Snapshotter, floating_buffers
 from .watch import NormCheck, check_grads, check_params
 
 __all__ = ["POLICIES", "Guard", "attach"]
-
-
-from ..core.config import POLICIES
 
 _ATTACHED: weakref.WeakKeyDictionary[Any, Guard] = weakref.WeakKeyDictionary()
 _HYPER = ("lr", "eps", "momentum", "weight_decay", "betas", "alpha", "nesterov", "dampening")
@@ -53,8 +57,7 @@ class Guard(_autograd.BackwardListener):
         step: index of the optimizer step in progress (0 for the first).
         history: per-step loss, gradient norm, weight norm and learning rate.
         findings: ``(Finding, Diagnosis)`` for every non-finite event, in order.
-        notfinite_count: consecutive steps skipped so far (as optax's ``apply_if_finite``).
-        total_notfinite: all steps skipped in this run.
+        recoveries: what the policy did, one dict per event (the run log's ``recoveries``).
         step_was_skipped: whether the last optimizer step was skipped (as accelerate).
     """
 
@@ -66,6 +69,14 @@ class Guard(_autograd.BackwardListener):
         policy: str = "raise",
         replay: bool = True,
         max_consecutive_skips: int = 10,
+        lr_factor: float = 0.5,
+        max_recoveries: int = 5,
+        recovery_window: int = 1000,
+        snapshot_every: int = 50,
+        snapshot_dir: str | None = None,
+        on_unfixable: str = "raise",
+        schedulers: Sequence[Any] = (),
+        scaler: Any = None,
         history_size: int = 10_000,
     ) -> None:
         if model is not None and not isinstance(model, nn.Module):
@@ -83,35 +94,60 @@ class Guard(_autograd.BackwardListener):
             raise ValueError(
                 f"nanguard.attach(policy={policy!r}): valid policies are {', '.join(POLICIES)}."
             )
-        if max_consecutive_skips < 1:
-            raise ValueError("max_consecutive_skips must be >= 1")
         self.model = model
         self.optimizer = optimizer
         self.policy = policy
+        self.recovery = Recovery(
+            policy=policy,
+            max_consecutive_skips=max_consecutive_skips,
+            lr_factor=lr_factor,
+            max_recoveries=max_recoveries,
+            window=recovery_window,
+            on_unfixable=on_unfixable,
+        )
+        self.snapshots = Snapshotter(every=snapshot_every, directory=snapshot_dir)
         self.replay_enabled = replay
-        self.max_consecutive_skips = max_consecutive_skips
         self.history = History(maxlen=history_size)
         self.findings: list[tuple[Finding, Diagnosis]] = []
         self.step = 0
         self.backward_calls = 0
-        self.notfinite_count = 0
-        self.total_notfinite = 0
         self.step_was_skipped = False
-        self.clip_norm: float | None = None
+        self.clip_norm: float | None = None  # a clipping threshold the user applies themselves
         self.modules = ModuleStack(model)
         self.recorder = StepRecorder(self.modules)
+        self.on_step_end: list[Any] = []  # callables run after each step (the tracer's counter)
+        self._schedulers: weakref.WeakSet[Any] = weakref.WeakSet(schedulers)
+        self._scalers: weakref.WeakSet[Any] = weakref.WeakSet([scaler] if scaler is not None else [])
         self._primary: torch.optim.Optimizer | None = optimizer
         self._losses: list[torch.Tensor] = []
         self._leaves: list[torch.Tensor] | None = None
         self._names: dict[int, str] = {}
         self._pending: NormCheck | None = None
-        self._skipped_grads: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        self._hidden_grads: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        self._saved_lrs: list[Any] = []
         self._handles: list[Any] = []
         self._installed = False
-        self._last_params_finite = True
-        self.on_step_end: list[Any] = []  # callables run after each step (the tracer's counter)
         self._ended_by_backward = False
         self._carry_loss: float | None = None
+        self._deferred: tuple[Finding, Diagnosis] | None = None
+        self._buffer_copy: list[torch.Tensor] | None = None
+        self._scaler_skips = 0
+        self._in_opt_step = False
+
+    # --- counters (optax / accelerate names) -----------------------------------------------------
+    @property
+    def notfinite_count(self) -> int:
+        """Consecutive non-finite steps so far (reset by a healthy step)."""
+        return self.recovery.notfinite_count
+
+    @property
+    def total_notfinite(self) -> int:
+        """All non-finite steps of the run (skipped, dropped or rolled back)."""
+        return self.recovery.total_notfinite
+
+    @property
+    def recoveries(self) -> list[dict[str, Any]]:
+        return self.recovery.recoveries
 
     # --- lifecycle ---------------------------------------------------------------------------
     def install(self) -> Guard:
@@ -129,12 +165,15 @@ class Guard(_autograd.BackwardListener):
         for obj in (self.model, self.optimizer):
             if obj is not None:
                 _ATTACHED[obj] = self
+        if self.optimizer is not None:
+            self._discover_existing(self.optimizer)
         self.modules.on_root_enter = self.recorder.root_enter
         self.modules.on_root_exit = self.recorder.root_exit
         self.modules.install()
         self._handles.append(_autograd.add_backward_listener(self))
         self._handles.append(_autograd.add_optimizer_listener(self._pre_step, self._post_step))
         _patches.register_recorder(self.recorder)
+        _patches.register_guard(self)
         self.recorder.resume_tape = True
         self.recorder.tape_on()
         self._installed = True
@@ -147,6 +186,7 @@ class Guard(_autograd.BackwardListener):
         self.recorder.resume_tape = False
         self.recorder.tape_off()
         _patches.unregister_recorder(self.recorder)
+        _patches.unregister_guard(self)
         for h in self._handles:
             h.remove()
         self._handles = []
@@ -162,17 +202,42 @@ class Guard(_autograd.BackwardListener):
     def __exit__(self, *exc: object) -> None:
         self.detach()
 
-    # --- names and context ---------------------------------------------------------------------
-    def _param_names(self) -> dict[int, str]:
+    def _discover_existing(self, opt: torch.optim.Optimizer) -> None:
+        """Schedulers and GradScalers created before attach(): found through the optimizer."""
+        for ref in gc.get_referrers(opt):
+            owners = gc.get_referrers(ref) if isinstance(ref, dict) else [ref]
+            for o in owners:
+                if isinstance(o, torch.optim.lr_scheduler.LRScheduler) and o.optimizer is opt:
+                    self._schedulers.add(o)
+
+    # --- what is watched --------------------------------------------------------------------------
+    def _roots(self) -> list[nn.Module]:
         roots: list[nn.Module] = [self.model] if self.model is not None else []
         roots += [m for m in self.modules.roots_seen if m is not self.model]
+        return roots
+
+    def _param_names(self) -> dict[int, str]:
+        roots = self._roots()
         if not self._names or len(self._names) < sum(1 for r in roots for _ in r.parameters()):
             names: dict[int, str] = {}
             for r in roots:
-                for n, p in r.named_parameters():
+                base = _unwrap(r)
+                for n, p in base.named_parameters():
                     names.setdefault(id(p), n)
             self._names = names
         return self._names
+
+    def _watched_params(self) -> list[torch.Tensor]:
+        if self._primary is not None:
+            return self._opt_params(self._primary)
+        return list(self._leaves or [])
+
+    def _schedulers_of(self, opt: torch.optim.Optimizer | None) -> list[Any]:
+        found = list(self._schedulers) + [s for s in SCHEDULERS if s not in self._schedulers]
+        return [s for s in found if opt is not None and getattr(s, "optimizer", None) is opt]
+
+    def _scalers_all(self) -> list[Any]:
+        return list(self._scalers) + [s for s in SCALERS if s not in self._scalers]
 
     def context(self) -> RunContext:
         opt = self._primary
@@ -180,12 +245,14 @@ class Guard(_autograd.BackwardListener):
         if opt is not None and opt.param_groups:
             g = opt.param_groups[0]
             hyper = {k: _plain(g[k]) for k in _HYPER if k in g}
-        n = sum(p.numel() for p in self._opt_params(opt)) if opt is not None else None
+            if "lr" in hyper and isinstance(hyper["lr"], float):
+                hyper["lr"] *= self.recovery.lr_scale
+        n = sum(p.numel() for p in self._watched_params()) or None
         return RunContext(
             framework="torch",
             optimizer=type(opt).__name__ if opt is not None else None,
             hyper=hyper,
-            clip_norm=self.clip_norm,
+            clip_norm=self.clip_norm if self.clip_norm is not None else self.recovery.clip_norm,
             num_params=n,
         )
 
@@ -203,6 +270,8 @@ class Guard(_autograd.BackwardListener):
         grads: Sequence[torch.Tensor | None],
         inputs: Sequence[torch.Tensor] | None,
     ) -> None:
+        if self._in_opt_step:
+            return  # a closure's backward (LBFGS): the optimizer step is the unit
         self.recorder.backward(kind, roots, grads, inputs)
         self.recorder.paused += 1
         self.recorder.tape_off()
@@ -219,6 +288,8 @@ class Guard(_autograd.BackwardListener):
         inputs: Sequence[torch.Tensor] | None,
         result: Any,
     ) -> None:
+        if self._in_opt_step:
+            return
         self.recorder.paused -= 1
         if not self.recorder.paused and not self.modules.depth:
             self.recorder.tape_on()
@@ -230,8 +301,13 @@ class Guard(_autograd.BackwardListener):
         # no optimizer (yet): backward() is the step marker; check the gradients now
         leaves = self._leaves or []
         chk = check_grads(leaves, self._losses)
-        if not chk.finite:
-            self._failure(chk, leaves, where="backward")
+        ok, bad_ranks = _dist.agree(chk.finite, leaves)
+        if ok:
+            self.recovery.healthy_step()
+            self._maybe_snapshot(before_update=True)
+            self._apply_to_grads(leaves)
+        else:
+            self._failure(chk, leaves, bad_ranks, opt=None)
         self._record(chk, None)
         self._end_step()
         self._ended_by_backward = True
@@ -244,6 +320,7 @@ class Guard(_autograd.BackwardListener):
             return
         self.recorder.paused += 1
         self.recorder.tape_off()
+        self._in_opt_step = True
         if self._primary is None:
             self._primary = opt
             if self._ended_by_backward:
@@ -255,34 +332,60 @@ class Guard(_autograd.BackwardListener):
                 for fn in self.on_step_end:
                     fn()
         self._ended_by_backward = False
+        self._leaves = None
         self.step_was_skipped = False
-        if self._leaves is not None and self.optimizer is None:
-            self._leaves = None
         params = self._opt_params(opt)
         if not any(p.grad is not None for p in params) and not self._losses:
             return  # a closure-based optimizer (LBFGS) computes its gradients inside step()
         chk = check_grads(params, self._losses)
+        if (
+            not chk.finite
+            and not chk.bad
+            and self._scalers_all()
+            and all(not math.isnan(v) for v in chk.losses)
+        ):
+            # a GradScaler scaled the loss until it overflowed, but the unscaled gradients it
+            # passed on are finite: the scaler's business, not a failure (a NaN loss still is)
+            chk.finite = True
         self._pending = chk
-        if chk.finite:
-            self.notfinite_count = 0
-        else:
-            self._failure(chk, params, where="step", opt=opt)
+        ok, bad_ranks = _dist.agree(chk.finite and self._deferred is None, params)
+        if ok:
+            self.recovery.healthy_step()
+            if opt is self._primary:
+                self._maybe_snapshot(before_update=True)
+            self._apply_to_grads(params, opt)
+            return
+        if self._deferred is not None:
+            # the previous step's update made the weights non-finite (found after it, on a
+            # multi-process run): act on it now that every rank agrees
+            finding, diag = self._deferred
+            self._deferred = None
+            self._act(finding, diag, params, opt, rollback_weights=True)
+            return
+        self._failure(chk, params, bad_ranks, opt=opt)
 
     def _post_step(
         self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
         if self.optimizer is not None and opt is not self.optimizer:
             return
+        self._in_opt_step = False
         self.recorder.paused = max(0, self.recorder.paused - 1)
-        if self._skipped_grads:
-            for p, g in self._skipped_grads:  # give the user their gradients back
+        if self._saved_lrs:
+            for group, lr in zip(opt.param_groups, self._saved_lrs):
+                group["lr"] = lr  # the back-off is a factor applied at each step, never stored
+            self._saved_lrs = []
+        if self._hidden_grads:
+            for p, g in self._hidden_grads:  # give the user their gradients back
                 p.grad = g
-            self._skipped_grads = []
+            self._hidden_grads = []
         if opt is self._primary:
-            pchk = check_params(self._opt_params(opt))
-            if not pchk.finite and self._last_params_finite and not self.step_was_skipped:
-                self._last_params_finite = False
+            params = self._opt_params(opt)
+            pchk = check_params(params)
+            if not pchk.finite and not self.step_was_skipped:
                 self._optimizer_failure(opt, pchk)
+            elif pchk.finite:
+                self._maybe_snapshot(before_update=False)
             self._record(self._pending, pchk)
             self._end_step()
         else:
@@ -290,30 +393,121 @@ class Guard(_autograd.BackwardListener):
         if not self.recorder.paused and not self.modules.depth:
             self.recorder.tape_on()
 
+    def scaler_step(self, scaler: Any, optimizer: torch.optim.Optimizer, stepped: bool) -> None:
+        """Called after ``GradScaler.step``: its own skipped steps are not failures, unless the
+        loss itself is NaN or it keeps skipping (the scale cannot fix the values)."""
+        self._scalers.add(scaler)
+        if stepped:
+            self._scaler_skips = 0
+            return
+        self._scaler_skips += 1
+        nan_loss = any(bool(torch.isnan(x).any()) for x in self._losses)
+        if not nan_loss and self._scaler_skips < self.recovery.max_consecutive_skips:
+            # the scaler's own business: its loss scale overflowed, it lowers the scale
+            self.step_was_skipped = True
+            self._event_tag = "scaler-skip"
+            self._record(None, None)
+            self._end_step()
+            return
+        params = self._opt_params(optimizer)
+        chk = NormCheck(False, None, losses=[float("nan")] if nan_loss else [])
+        self._primary = self._primary or optimizer
+        reason = (
+            "the loss is NaN: no loss scale can fix it"
+            if nan_loss
+            else f"GradScaler skipped {self._scaler_skips} steps in a row (scale {_scale(scaler):.3g})"
+        )
+        try:
+            self._failure(chk, params, [], opt=optimizer, note=reason)
+        finally:
+            self._hidden_grads = []
+            self._record(None, None)
+            self._end_step()
+
+    # --- healthy steps: back-off, clipping, snapshots --------------------------------------------
+    def _apply_to_grads(self, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None = None) -> None:
+        scale = self.recovery.lr_scale
+        clip = self.recovery.clip_norm
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], clip)
+        if scale != 1.0:
+            if opt is not None:
+                self._saved_lrs = [g["lr"] for g in opt.param_groups]
+                for g in opt.param_groups:
+                    g["lr"] = g["lr"] * scale
+            else:
+                # a hand-written update reads the gradient: scale it instead of a learning rate
+                grads = [p.grad for p in params if p.grad is not None]
+                if grads:
+                    torch._foreach_mul_(grads, scale)
+
+    def _maybe_snapshot(self, before_update: bool) -> None:
+        if self.policy == "raise":
+            return
+        roots = self._roots()
+        if not before_update and roots and self._small_buffers(roots):
+            self._buffer_copy = [b.detach().clone() for b in floating_buffers(roots)]
+        # the first snapshot is taken before the first update; then every N steps after one
+        if before_update and self.snapshots.last is not None:
+            return
+        if not before_update and not self.snapshots.due(self.step + 1):
+            return
+        opt = self._primary
+        self.snapshots.take(
+            self.step if before_update else self.step + 1,
+            self._watched_params(),
+            floating_buffers(roots),
+            [opt] if opt is not None else [],
+            self._schedulers_of(opt),
+            self._scalers_all(),
+        )
+
+    @staticmethod
+    def _small_buffers(roots: Sequence[nn.Module]) -> bool:
+        return sum(b.numel() for b in floating_buffers(roots)) <= 1 << 20
+
     # --- bookkeeping -----------------------------------------------------------------------------
     def _record(self, g: NormCheck | None, p: NormCheck | None) -> None:
         lr = None
         if self._primary is not None and self._primary.param_groups:
             lr = _plain(self._primary.param_groups[0].get("lr"))
+            if isinstance(lr, float):
+                lr *= self.recovery.lr_scale
         loss = g.losses[0] if g is not None and g.losses else self._carry_loss
         self._carry_loss = None
+        opt_name = type(self._primary).__name__ if self._primary is not None else None
+        gnorm = g.norm if g is not None else None
         rec = StepRecord(
             step=self.step,
             loss=loss,
-            grad_norm=g.norm if g is not None else None,
+            update_norm=update_norm_estimate(
+                opt_name, lr if isinstance(lr, float) else None, gnorm, self._num_params()
+            ),
+            grad_norm=gnorm,
             param_norm=p.norm if p is not None else None,
             lr=lr if isinstance(lr, float) else None,
             finite=(g is None or g.finite) and (p is None or p.finite),
             skipped=self.step_was_skipped,
+            event=self._event_tag,
         )
+        self._event_tag = None
         names = self._param_names()
         if g is not None and g.per_tensor:
-            params = self._opt_params(self._primary) if self._primary else (self._leaves or [])
+            params = self._watched_params()
             rec.layer_grad_norms = {
-                names.get(id(params[i]), f"param{i}"): v for i, v in zip(g.index, g.per_tensor)
+                names.get(id(params[i]), f"param{i}"): v
+                for i, v in zip(g.index, g.per_tensor)
                 if i < len(params)
             }
         self.history.append(rec)
+
+    _event_tag: str | None = None
+    _n_params: int | None = None
+
+    def _num_params(self) -> int:
+        if self._n_params is None:
+            self._n_params = sum(p.numel() for p in self._watched_params())
+        return self._n_params
 
     def _end_step(self) -> None:
         self.step += 1
@@ -328,9 +522,25 @@ class Guard(_autograd.BackwardListener):
         self,
         chk: NormCheck,
         params: Sequence[torch.Tensor],
-        where: str,
-        opt: torch.optim.Optimizer | None = None,
+        bad_ranks: Sequence[int],
+        opt: torch.optim.Optimizer | None,
+        note: str | None = None,
     ) -> None:
+        finding: Finding | None = None
+        diag: Diagnosis | None = None
+        if not chk.finite or not bad_ranks:
+            finding = self._locate(chk, params)
+            if note:
+                finding.details["note"] = note
+            if not self.history.healthy():
+                finding.details.setdefault("first_step", True)
+            diag = diagnose(finding, self.history, self.context())
+        if _dist.active():
+            finding, diag = _dist.share(finding, diag, bad_ranks)
+        assert finding is not None and diag is not None
+        self._act(finding, diag, params, opt)
+
+    def _locate(self, chk: NormCheck, params: Sequence[torch.Tensor]) -> Finding:
         finding = None
         extra: dict[str, Any] = {}
         if self.replay_enabled and self.recorder.events:
@@ -348,11 +558,90 @@ class Guard(_autograd.BackwardListener):
         scale = extra.get("activation_scale") or []
         if scale:
             finding.details.setdefault("activation_scale", scale[:32])
-        if not self.history.healthy():
-            finding.details.setdefault("first_step", True)
-        diag = diagnose(finding, self.history, self.context())
+        if _dist.active():
+            finding.rank = _dist.rank()
+        return finding
+
+    def _act(
+        self,
+        finding: Finding,
+        diag: Diagnosis,
+        params: Sequence[torch.Tensor],
+        opt: torch.optim.Optimizer | None,
+        rollback_weights: bool = False,
+        after_update: bool = False,
+    ) -> None:
+        """Carry out the policy's decision for a non-finite step (before its update, or — for
+        an update that made the weights non-finite — right after it)."""
         self.findings.append((finding, diag))
-        self._apply_policy(finding, diag, params)
+        eps = None
+        if opt is not None and opt.param_groups:
+            e = opt.param_groups[0].get("eps")
+            eps = float(e) if isinstance(e, (int, float)) else None
+        action = self.recovery.decide(
+            diag, self.step, _clip_suggestion(self.history), eps, self.history.median_update_ratio()
+        )
+        if action.kind == "raise":
+            raise NonFiniteError(finding, diag)
+        if action.kind == "give_up":
+            self.recovery.record(self.step, action, cause=diag.cause.value)
+            raise GiveUpError(finding, diag, reason=action.reason, attempts=self.recovery.attempts())
+        details: dict[str, Any] = {"cause": diag.cause.value}
+        if finding.rank is not None:
+            details["rank"] = finding.rank
+        if action.kind == "drop_batch":
+            samples = finding.details.get("samples") or []
+            details["samples"] = [s.get("index") for s in samples]
+            details["input"] = finding.details.get("input_name") or finding.source
+        if action.kind == "rollback" or rollback_weights:
+            snap = self.snapshots.last
+            if snap is not None:
+                Snapshotter.restore(
+                    snap,
+                    self._watched_params(),
+                    floating_buffers(self._roots()),
+                    [opt] if opt is not None else [],
+                    self._schedulers_of(opt),
+                    self._scalers_all(),
+                )
+                details["restored_step"] = snap.step
+                details["steps_lost"] = self.step - snap.step
+            else:
+                details["restored_step"] = None
+                details["note"] = "no snapshot yet: the update was skipped instead"
+        if action.set_eps is not None and opt is not None:
+            for g in opt.param_groups:
+                if "eps" in g and isinstance(g["eps"], (int, float)) and g["eps"] < 1e-12:
+                    g["eps"] = action.set_eps
+        self._restore_poisoned_buffers()
+        self.recovery.record(self.step, action, **details)
+        self._event_tag = action.kind
+        self.step_was_skipped = True
+        if after_update:
+            return
+        # never apply this update: hide the gradients from the optimizer (restored after step)
+        if opt is not None:
+            self._hidden_grads = [(p, p.grad) for p in params]
+            for p in params:
+                p.grad = None
+        else:
+            for p in params:  # a hand-written update follows: make it a no-op
+                if p.grad is not None:
+                    p.grad.zero_()
+
+    def _restore_poisoned_buffers(self) -> None:
+        bufs = floating_buffers(self._roots())
+        if not bufs or all_finite(bufs):
+            return
+        src = self._buffer_copy
+        if src is None and self.snapshots.last is not None:
+            src = self.snapshots.last.buffers
+        if src is None:
+            return
+        with torch.no_grad():
+            for b, v in zip(bufs, src):
+                if b.shape == v.shape and not bool(torch.isfinite(b).all()):
+                    b.copy_(v)
 
     def _watch_finding(self, chk: NormCheck, params: Sequence[torch.Tensor]) -> Finding:
         names = self._param_names()
@@ -407,47 +696,55 @@ class Guard(_autograd.BackwardListener):
             neginf=ninf,
             reached="parameters",
             detected_by="watch",
+            rank=_dist.rank() if _dist.active() else None,
             details={
                 "parameters": pnames,
                 "grads_finite": self._pending is None or self._pending.finite,
                 "state": _state_summary(opt, bad[:1]),
+                "note": "the op inside the optimizer step is not replayed; "
+                "nanguard run --trace names it",
             },
         )
         diag = diagnose(finding, self.history, self.context())
-        self.findings.append((finding, diag))
-        if self.policy == "raise":
-            raise NonFiniteError(finding, diag)
-
-    def _apply_policy(
-        self, finding: Finding, diag: Diagnosis, params: Sequence[torch.Tensor]
-    ) -> None:
-        if self.policy == "raise":
-            raise NonFiniteError(finding, diag)
-        # skip: hide the gradients from this step's update; the post-step hook restores them
-        self.notfinite_count += 1
-        self.total_notfinite += 1
-        self.step_was_skipped = True
-        self._skipped_grads = [(p, p.grad) for p in params]
-        for p in params:
-            p.grad = None
-        if self.notfinite_count >= self.max_consecutive_skips:
-            raise GiveUpError(
-                finding,
-                diag,
-                reason=f"{self.notfinite_count} consecutive steps had non-finite values",
-                attempts=[f"skipped {self.notfinite_count} steps"],
-            )
+        if _dist.active():
+            # every rank must agree before acting: act at the next step's check
+            self._deferred = (finding, diag)
+            return
+        self._act(finding, diag, params, opt, rollback_weights=True, after_update=True)
 
     def report(self) -> str:
-        """A plain-text summary: steps, skips and every finding with its diagnosis."""
+        """A plain-text summary: steps, recoveries and every finding with its diagnosis."""
         from ..core.render import format_finding
 
         head = (
             f"nanguard: {self.step} steps, {len(self.findings)} non-finite events, "
-            f"{self.total_notfinite} skipped"
+            f"{self.total_notfinite} skipped or rolled back"
         )
+        lines = [head] + [f"  step {r['step']}: {r['description']} ({r['reason']})" for r in self.recoveries]
         body = [format_finding(f, d) for f, d in self.findings]
-        return "\n\n".join([head, *body])
+        return "\n\n".join(["\n".join(lines), *body])
+
+
+def _unwrap(m: nn.Module) -> nn.Module:
+    """The user's model inside DistributedDataParallel / DataParallel / torch.compile wrappers."""
+    inner = getattr(m, "module", None)
+    if isinstance(inner, nn.Module) and type(m).__name__ in ("DistributedDataParallel", "DataParallel"):
+        return inner
+    orig = getattr(m, "_orig_mod", None)
+    return orig if isinstance(orig, nn.Module) else m
+
+
+def _scale(scaler: Any) -> float:
+    try:
+        return float(scaler.get_scale())
+    except Exception:
+        return float("nan")
+
+
+def _clip_suggestion(h: History) -> float | None:
+    from ..core.diagnosis import _clip_threshold
+
+    return _clip_threshold(h) if h.series("grad_norm", 200) else None
 
 
 def _plain(v: Any) -> Any:
@@ -480,6 +777,14 @@ def attach(
     policy: str = "raise",
     replay: bool = True,
     max_consecutive_skips: int = 10,
+    lr_factor: float = 0.5,
+    max_recoveries: int = 5,
+    recovery_window: int = 1000,
+    snapshot_every: int = 50,
+    snapshot_dir: str | None = None,
+    on_unfixable: str = "raise",
+    schedulers: Sequence[Any] = (),
+    scaler: Any = None,
 ) -> Guard:
     """Guard an ordinary training loop; returns the :class:`Guard` handle.
 
@@ -495,8 +800,19 @@ def attach(
     At every ``optimizer.step()`` (or, without an optimizer, after every ``backward()``) one
     fused check looks at the loss and all gradients. When it sees a NaN/Inf, the step is replayed
     under the locator to find the op that made it, the cause is diagnosed from the run's history,
-    and the ``policy`` decides: ``"raise"`` raises :class:`~nanguard.NonFiniteError`; ``"skip"``
-    drops that update and carries on (giving up after ``max_consecutive_skips``).
+    and ``policy`` decides:
+
+    * ``"raise"`` (default): raise :class:`~nanguard.NonFiniteError`;
+    * ``"skip"``: do not apply that update; give up after ``max_consecutive_skips`` in a row;
+    * ``"recover"``: drop a poisoned batch; roll back to the last snapshot (taken every
+      ``snapshot_every`` steps, in CPU memory, or also in ``snapshot_dir``) and multiply the
+      learning rate by ``lr_factor`` and/or clip gradients at a threshold from the healthy
+      history; stop with the diagnosis where no blind fix exists (or skip, with
+      ``on_unfixable="skip"``); give up after ``max_recoveries`` rollbacks in
+      ``recovery_window`` steps.
+
+    LR schedulers and a ``torch.amp.GradScaler`` made after ``attach`` are found automatically
+    (their state is part of a snapshot); pass earlier ones with ``schedulers=`` / ``scaler=``.
     """
     return Guard(
         model,
@@ -504,4 +820,12 @@ def attach(
         policy=policy,
         replay=replay,
         max_consecutive_skips=max_consecutive_skips,
+        lr_factor=lr_factor,
+        max_recoveries=max_recoveries,
+        recovery_window=recovery_window,
+        snapshot_every=snapshot_every,
+        snapshot_dir=snapshot_dir,
+        on_unfixable=on_unfixable,
+        schedulers=schedulers,
+        scaler=scaler,
     ).install()

@@ -56,6 +56,9 @@ class Origin:
     deliberate: bool = False  # made from an explicit inf/nan constant (masks)
 
 
+# ops that select part of a tensor: the batch is what comes out of ``data[i]``, not ``data``
+_SELECT = frozenset({"select", "slice", "index", "index_select", "narrow", "_unsafe_index",
+                     "take", "masked_select", "gather"})
 # ops that only move a value: a literal passing through them stays a literal
 _PASS_THROUGH = frozenset({"lift_fresh", "detach", "alias", "clone", "_to_copy", "view", "_unsafe_view",
                            "expand", "unsqueeze", "squeeze", "reshape"})
@@ -126,6 +129,7 @@ class Locator(TorchDispatchMode):
         self._params_for: set[int] = set()
         self.in_optimizer = 0
         self.post_backward = False
+        self._grad_ptrs: set[int] = set()
         self.relu_grad_note: str | None = None
         # set by the replay: the recorded line of a tape op / of the call that fed the model
         self.source_override: Any = None
@@ -161,15 +165,34 @@ class Locator(TorchDispatchMode):
         return self._params.get(t.data_ptr()) or self._params.get(ptr)
 
     # --- phase and location ----------------------------------------------------------------------
-    def _phase(self) -> tuple[str, Any]:
+    def _phase(self, args: Any = ()) -> tuple[str, Any]:
         node = torch._C._current_autograd_node()
         if node is not None:
             return "backward", node
         if self.modules.depth:
             return "forward", None
-        if self.in_optimizer or self.post_backward:
+        if self.in_optimizer:
+            return "optimizer", None
+        if self.post_backward and self._touches_weights(args):
+            # after backward(): clipping, a hand-written update — ops on weights or gradients
             return "optimizer", None
         return "forward", None
+
+    def _touches_weights(self, args: Any) -> bool:
+        for t in iter_tensors(args):
+            if not checkable(t):
+                continue
+            if self.param_name(t) is not None or (self.is_grad is not None and self.is_grad(t)):
+                return True
+            if self._grad_ptrs and t.data_ptr() in self._grad_ptrs:
+                return True
+        return False
+
+    def note_grads(self, leaves: Sequence[torch.Tensor]) -> None:
+        """After a backward pass: remember where the gradients live (for the phase of later ops)."""
+        self._grad_ptrs = {
+            leaf.grad.data_ptr() for leaf in leaves if leaf.grad is not None and checkable(leaf.grad)
+        }
 
     def _location(self, phase: str, node: Any) -> tuple[str | None, str | None, str | None, str | None]:
         """(module path, module type, source "file:line", code line)."""
@@ -242,7 +265,7 @@ class Locator(TorchDispatchMode):
         if not outs:
             return out
 
-        phase, node = self._phase()
+        phase, node = self._phase(args)
         name = str(func)
         # remember who made each output (for "the input of log came from softmax")
         parent: tuple[str, ...] = ()
@@ -315,6 +338,16 @@ class Locator(TorchDispatchMode):
                 inherited.finding.details["constant"] = str(constant)
         for t in bad:
             self.recs[t] = inherited
+        f = inherited.finding
+        if f.phase == "data" and not f.details.get("batch_final"):
+            if info.packet in _SELECT or info.packet in _PASS_THROUGH:
+                # the batch is still being taken out of a larger tensor: describe what came out
+                b = bad[0]
+                f.nan, f.posinf, f.neginf = counts(b)
+                f.dtype, f.shape = _fmt_dtype(b), tuple(b.shape)
+                f.details["samples"] = bad_samples(b)
+            else:
+                f.details["batch_final"] = True
         if info.canonical in ("relu", "threshold") and phase == "forward" and inherited.seq != -1:
             # early TensorFlow checked the forward input of every ReLU when building its gradient:
             # the last ReLU a non-finite value passes through is where "ReluGrad input is not
@@ -622,6 +655,7 @@ class _LocateListener(_autograd.BackwardListener):
     ) -> None:
         leaves = self.leaves.pop() if self.leaves else []
         self.loc.post_backward = True
+        self.loc.note_grads(leaves)
         if kind == "grad":
             self.loc.check_grads(leaves, list(result) if result is not None else [])
         else:

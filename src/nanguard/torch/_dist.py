@@ -1,0 +1,74 @@
+"""Agreement across ranks (``torch.distributed``): every rank takes the same decision.
+
+One collective per step: a vector with one slot per rank, set to 1 by the ranks that saw a
+non-finite value, summed with ``all_reduce``. Every rank learns *which* ranks failed, so all skip
+or roll back the same step and none waits on a peer that stopped. Only on a failure do the ranks
+exchange the finding itself (``all_gather_object``), so every rank can report it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..core.diagnosis import Diagnosis
+from ..core.finding import Finding
+
+__all__ = ["active", "agree", "rank", "share"]
+
+
+def active() -> bool:
+    d = torch.distributed
+    return d.is_available() and d.is_initialized() and d.get_world_size() > 1
+
+
+def rank() -> int:
+    return torch.distributed.get_rank() if active() else 0
+
+
+def agree(local_ok: bool, params: Sequence[torch.Tensor]) -> tuple[bool, list[int]]:
+    """``(every rank ok, ranks that were not)``. Without a process group: ``(local_ok, [])``."""
+    if not active():
+        return local_ok, ([] if local_ok else [0])
+    d = torch.distributed
+    world = d.get_world_size()
+    backend = d.get_backend()
+    dev = torch.device("cpu")
+    if backend == "nccl":
+        dev = next((p.device for p in params if p.device.type == "cuda"), torch.device("cuda"))
+    flags = torch.zeros(world, device=dev)
+    if not local_ok:
+        flags[d.get_rank()] = 1.0
+    d.all_reduce(flags)
+    bad = [i for i, v in enumerate(flags.tolist()) if v > 0]
+    return not bad, bad
+
+
+def share(
+    finding: Finding | None, diag: Diagnosis | None, bad_ranks: Sequence[int]
+) -> tuple[Finding, Diagnosis]:
+    """Every rank gets the same finding: the lowest rank whose replay located an origin (with
+    DDP the all-reduce spreads one rank's NaN gradient to every rank, but only the rank that made
+    it can replay it), else the lowest failing rank."""
+    d = torch.distributed
+    payload = (finding.to_dict(), diag.to_dict()) if finding is not None and diag is not None else None
+    gathered: list[tuple[dict[str, Any], dict[str, Any]] | None] = [None] * d.get_world_size()
+    d.all_gather_object(gathered, payload)
+    order = sorted(bad_ranks) or list(range(len(gathered)))
+    located = [
+        r for r in order
+        if (g := gathered[r]) is not None and g[0].get("detected_by") in ("replay", "trace")
+    ]
+    for r in located + order:
+        item = gathered[r]
+        if item is not None:
+            fd, dd = item
+            f = Finding.from_dict(fd)
+            f.rank = r
+            if r != d.get_rank():
+                f.details["seen_on_rank"] = r
+                f.details["note"] = f"rank {r} saw this; rank {d.get_rank()} skipped the step with it"
+            return f, Diagnosis.from_dict(dd)
+    raise RuntimeError("nanguard: ranks disagree on a non-finite step but none sent a finding")

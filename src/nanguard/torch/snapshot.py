@@ -1,0 +1,170 @@
+"""Snapshots for rollback: weights, buffers, optimizer, LR schedulers, GradScaler and RNG.
+
+Taken by the ``recover`` policy after a healthy step, every ``every`` steps (and after the first
+one). One snapshot is kept at a time, as a CPU copy: its size is that of the weights, the floating
+buffers and the optimizer state together (for Adam about 3× the weights) — the bound stated in
+the docs. With ``directory`` set it is also written there with ``torch.save`` and read back with
+``torch.load(weights_only=True)``. Restoring copies every value back bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._recorder import RngState
+
+__all__ = ["Snapshot", "Snapshotter"]
+
+
+def _to_cpu(obj: Any) -> Any:
+    """Deep copy of a state dict with every tensor cloned to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_cpu(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_to_cpu(v) for v in obj)
+    return obj
+
+
+def _nbytes(obj: Any) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    return 0
+
+
+@dataclass
+class Snapshot:
+    step: int
+    params: list[torch.Tensor]
+    buffers: list[torch.Tensor]
+    optimizers: list[dict[str, Any]]
+    schedulers: list[dict[str, Any]]
+    scalers: list[dict[str, Any]]
+    rng: RngState
+    path: str | None = None
+    nbytes: int = 0
+
+
+@dataclass
+class Snapshotter:
+    """Takes and restores :class:`Snapshot` s of what one guard watches."""
+
+    every: int = 50
+    directory: str | None = None
+    last: Snapshot | None = None
+    taken: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise ValueError(f"snapshot_every must be >= 1, got {self.every}")
+
+    def due(self, step: int) -> bool:
+        return self.last is None or step - self.last.step >= self.every
+
+    def take(
+        self,
+        step: int,
+        params: Sequence[torch.Tensor],
+        buffers: Sequence[torch.Tensor],
+        optimizers: Sequence[torch.optim.Optimizer],
+        schedulers: Sequence[Any],
+        scalers: Sequence[Any],
+    ) -> Snapshot:
+        snap = Snapshot(
+            step=step,
+            params=[p.detach().to("cpu", copy=True) for p in params],
+            buffers=[b.detach().to("cpu", copy=True) for b in buffers],
+            optimizers=[_to_cpu(o.state_dict()) for o in optimizers],
+            schedulers=[_to_cpu(s.state_dict()) for s in schedulers],
+            scalers=[_to_cpu(s.state_dict()) for s in scalers],
+            rng=RngState.capture(),
+        )
+        snap.nbytes = _nbytes([snap.params, snap.buffers, snap.optimizers])
+        if self.directory:
+            os.makedirs(self.directory, exist_ok=True)
+            path = os.path.join(self.directory, "nanguard-snapshot.pt")
+            torch.save(
+                {
+                    "step": step,
+                    "params": snap.params,
+                    "buffers": snap.buffers,
+                    "optimizers": snap.optimizers,
+                    "schedulers": snap.schedulers,
+                    "scalers": snap.scalers,
+                    "rng_cpu": snap.rng.cpu,
+                },
+                path + ".tmp",
+            )
+            os.replace(path + ".tmp", path)
+            snap.path = path
+        self.last = snap
+        self.taken += 1
+        return snap
+
+    def load(self, path: str) -> Snapshot:
+        """Read a snapshot written with ``directory`` (tensors only: ``weights_only=True``)."""
+        d = torch.load(path, weights_only=True)
+        return Snapshot(
+            step=int(d["step"]),
+            params=d["params"],
+            buffers=d["buffers"],
+            optimizers=d["optimizers"],
+            schedulers=d["schedulers"],
+            scalers=d["scalers"],
+            rng=RngState(d["rng_cpu"]),
+            path=path,
+        )
+
+    @staticmethod
+    def restore(
+        snap: Snapshot,
+        params: Sequence[torch.Tensor],
+        buffers: Sequence[torch.Tensor],
+        optimizers: Sequence[torch.optim.Optimizer],
+        schedulers: Sequence[Any],
+        scalers: Sequence[Any],
+    ) -> None:
+        """Put everything back as it was when ``snap`` was taken, bit for bit."""
+        with torch.no_grad():
+            for p, v in zip(params, snap.params):
+                p.copy_(v)
+            for b, v in zip(buffers, snap.buffers):
+                if b.shape == v.shape:
+                    b.copy_(v)
+        for o, sd in zip(optimizers, snap.optimizers):
+            o.load_state_dict(_to_cpu(sd))
+        for s, sd in zip(schedulers, snap.schedulers):
+            s.load_state_dict(dict(sd))
+        for s, sd in zip(scalers, snap.scalers):
+            s.load_state_dict(dict(sd))
+        snap.rng.restore()
+
+
+# instances created while a guard is active (found by class-level __init__ patches)
+SCHEDULERS: weakref.WeakSet[Any] = weakref.WeakSet()
+SCALERS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def floating_buffers(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    seen: set[int] = set()
+    for m in modules:
+        for b in m.buffers():
+            if b is not None and b.is_floating_point() and id(b) not in seen and b.device.type != "meta":
+                seen.add(id(b))
+                out.append(b)
+    return out
