@@ -146,11 +146,26 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
         s.install()
         sessions.append(s)
 
+    def install_keras() -> None:
+        if any(s.framework == "keras" for s in sessions):
+            return
+        try:
+            from .keras.session import KerasSession
+        except ImportError:  # the Keras adapter needs keras 3 + tensorflow
+            return
+        s = KerasSession(policy=opts.policy, trace=opts.trace, **opts.guard_kwargs)
+        s.install()
+        sessions.append(s)
+
     hooks: dict[str, Callable[[], None]] = {}
     if "torch" in sys.modules:
         install_torch()
     else:
         hooks["torch"] = install_torch
+    if "keras" in sys.modules:
+        install_keras()
+    else:
+        hooks["keras"] = install_keras
     finder = _PostImport(hooks)
     sys.meta_path.insert(0, finder)
 

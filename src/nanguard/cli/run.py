@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ..core.config import POLICIES, policy_from_env
@@ -39,6 +40,10 @@ def add_parser(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     from ..runner import RunOptions, run_script
 
-    policy = args.policy or policy_from_env()
+    try:
+        policy = args.policy or policy_from_env()
+    except ValueError as exc:
+        print(f"nanguard run: {exc}", file=sys.stderr)
+        return 2
     opts = RunOptions(policy=policy, json_path=args.json, report_path=args.report, trace=args.trace)
     return run_script(args.script, args.args, opts)

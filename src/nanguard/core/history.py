@@ -33,8 +33,15 @@ class StepRecord:
     finite: bool = True
     skipped: bool = False
     event: str | None = None  # "nonfinite", "skip", "rollback", ...
-    layer_grad_norms: dict[str, float] | None = None
-    layer_param_norms: dict[str, float] | None = None
+    layer_values: list[float] | None = None  # per-tensor gradient norms ...
+    layer_names: list[str] | None = None  # ... and their names (a list shared between steps)
+
+    @property
+    def layer_grad_norms(self) -> dict[str, float] | None:
+        """``{"fc1.weight": 0.31, ...}`` (kept for the last ``History.layer_window`` steps)."""
+        if self.layer_values is None or self.layer_names is None:
+            return None
+        return dict(zip(self.layer_names, self.layer_values))
 
     @property
     def update_ratio(self) -> float | None:
@@ -63,12 +70,15 @@ class StepRecord:
             "lr": self.lr,
             "finite": self.finite,
         }
+        if self.update_norm is not None:
+            d["update_norm"] = clean(self.update_norm)
         if self.skipped:
             d["skipped"] = True
         if self.event:
             d["event"] = self.event
-        if self.layer_grad_norms:
-            d["layer_grad_norms"] = {k: clean(v) for k, v in self.layer_grad_norms.items()}
+        layers = self.layer_grad_norms
+        if layers:
+            d["layer_grad_norms"] = {k: clean(v) for k, v in layers.items()}
         return d
 
 
@@ -93,8 +103,7 @@ class History:
             self._records.popleft()
         if len(self._records) > self.layer_window:
             old = self._records[-self.layer_window - 1]
-            old.layer_grad_norms = None
-            old.layer_param_norms = None
+            old.layer_values = None
 
     def pop(self) -> StepRecord | None:
         """Remove and return the newest record (``None`` when empty)."""

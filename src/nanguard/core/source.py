@@ -23,6 +23,7 @@ def skip_dir(path: str) -> None:
     p = os.path.abspath(path) + os.sep
     if p not in _SKIP:
         _SKIP.append(p)
+        _LIBRARY.clear()
 
 
 class SourceLocation(tuple[str, int]):
@@ -62,12 +63,21 @@ class SourceLocation(tuple[str, int]):
 _DEMOS = os.path.join(_SKIP[0], "demos") + os.sep
 
 
+_LIBRARY: dict[str, bool] = {}  # filename -> is library code (one string test per file, ever)
+
+
 def _is_library(filename: str) -> bool:
+    known = _LIBRARY.get(filename)
+    if known is not None:
+        return known
     if filename.startswith(_SKIP_EXTRA):
-        return True
-    if filename.startswith(_DEMOS):
-        return False  # the demos are user code, written to be copied
-    return any(filename.startswith(p) for p in _SKIP)
+        lib = True
+    elif filename.startswith(_DEMOS):
+        lib = False  # the demos are user code, written to be copied
+    else:
+        lib = any(filename.startswith(p) for p in _SKIP)
+    _LIBRARY[filename] = lib
+    return lib
 
 
 def user_frame(depth: int = 1, stop: frozenset[CodeType] = frozenset()) -> SourceLocation | None:
@@ -77,11 +87,16 @@ def user_frame(depth: int = 1, stop: frozenset[CodeType] = frozenset()) -> Sourc
     replay uses that to avoid blaming the line that started the replay.
     """
     f: FrameType | None = sys._getframe(depth)
+    lib = _LIBRARY
     while f is not None:
-        if f.f_code in stop:
+        code = f.f_code
+        if stop and code in stop:
             return None
-        fn = f.f_code.co_filename
-        if not _is_library(fn):
+        fn = code.co_filename
+        known = lib.get(fn)
+        if known is None:
+            known = _is_library(fn)
+        if not known:
             return SourceLocation(fn, f.f_lineno)
         f = f.f_back
     return None

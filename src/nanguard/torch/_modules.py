@@ -16,14 +16,35 @@ from torch.nn.modules import module as _module
 
 __all__ = ["ModuleStack", "module_names", "param_names"]
 
+_compiling = torch.compiler.is_compiling
+
 _NAMES: weakref.WeakKeyDictionary[nn.Module, dict[int, str]] = weakref.WeakKeyDictionary()
 
 
+def unwrap(m: nn.Module) -> nn.Module:
+    """The user's model inside DistributedDataParallel / DataParallel / torch.compile wrappers."""
+    for _ in range(4):
+        inner = getattr(m, "_orig_mod", None)
+        if not isinstance(inner, nn.Module) and type(m).__name__ in (
+            "DistributedDataParallel", "DataParallel"
+        ):
+            inner = getattr(m, "module", None)
+        if not isinstance(inner, nn.Module):
+            return m
+        m = inner
+    return m
+
+
 def module_names(root: nn.Module) -> dict[int, str]:
-    """``id(module) -> path`` for every submodule of ``root`` (``""`` for the root)."""
+    """``id(module) -> path`` for every submodule of ``root`` (``""`` for the root).
+
+    Paths are relative to the user's model: ``fc1``, not ``module.fc1`` under DDP or
+    ``_orig_mod.fc1`` under ``torch.compile``.
+    """
     names = _NAMES.get(root)
     if names is None:
-        names = {id(m): n for n, m in root.named_modules(remove_duplicate=True)}
+        names = {id(m): n for n, m in unwrap(root).named_modules(remove_duplicate=True)}
+        names[id(root)] = ""
         _NAMES[root] = names
     return names
 
@@ -31,6 +52,7 @@ def module_names(root: nn.Module) -> dict[int, str]:
 def param_names(root: nn.Module) -> dict[int, str]:
     """``data_ptr -> qualified name`` of ``root``'s parameters and floating buffers."""
     out: dict[int, str] = {}
+    root = unwrap(root)
     for n, p in root.named_parameters(remove_duplicate=True):
         if p.device.type != "meta" and p.numel():
             out.setdefault(p.data_ptr(), n)
@@ -75,6 +97,8 @@ class ModuleStack:
 
     # --- hooks ---------------------------------------------------------------------------------
     def _pre_hook(self, mod: nn.Module, args: tuple[Any, ...]) -> None:
+        if _compiling():
+            return  # inside a torch.compile'd forward: traced as a no-op, no graph break
         if not self.stack:
             self.roots_seen.add(mod)
             if self.on_root_enter is not None:
@@ -84,6 +108,8 @@ class ModuleStack:
             self.on_enter(mod)
 
     def _post_hook(self, mod: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if _compiling():
+            return
         # pop up to and including ``mod`` (a forward that raised may have left entries behind)
         for i in range(len(self.stack) - 1, -1, -1):
             if self.stack[i] is mod:

@@ -189,7 +189,8 @@ class StepRecorder:
             ref = self._made.get(obj)
             return ref if ref is not None else obj
         if isinstance(obj, (list, tuple)):
-            return type(obj)(self._spec(v) for v in obj)
+            items = [self._spec(v) for v in obj]
+            return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
         if isinstance(obj, dict):
             return {k: self._spec(v) for k, v in obj.items()}
         return obj
@@ -207,10 +208,10 @@ class StepRecorder:
         return len(outs)
 
     def _tape_op(self, func: Any, args: Any, kwargs: Any) -> Any:
-        name = getattr(func, "__name__", str(func))
-        rng = RngState.capture() if any(w in name for w in _RANDOM_WORDS) else None
-        sargs, skw = self._spec(args), self._spec(kwargs)
-        mutated = mutated_args(func, args, kwargs)
+        info = _op_info(func)
+        rng = RngState.capture() if info[0] else None
+        sargs, skw = self._spec(args), (self._spec(kwargs) if kwargs else kwargs)
+        mutated = mutated_args(func, args, kwargs) if info[1] else []
         # an in-place op on a tensor from outside the step: keep what it overwrote
         for t in mutated:
             if self._made.get(t) is None:
@@ -252,6 +253,20 @@ class StepRecorder:
         return bool(self.events)
 
 
+_OP_INFO: dict[Any, tuple[bool, bool]] = {}
+
+
+def _op_info(func: Any) -> tuple[bool, bool]:
+    """(draws random numbers, writes an argument in place) — computed once per op."""
+    info = _OP_INFO.get(func)
+    if info is None:
+        name = getattr(func, "__name__", str(func))
+        writes = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
+        info = (any(w in name for w in _RANDOM_WORDS), writes)
+        _OP_INFO[func] = info
+    return info
+
+
 def mutated_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
     """The tensors an op writes in place (``self`` of ``add_``, ``out=``, the lists of foreach)."""
     out: list[torch.Tensor] = []
@@ -271,7 +286,8 @@ def _replace(obj: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
     if obj is old:
         return new
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_replace(v, old, new) for v in obj)
+        items = [_replace(v, old, new) for v in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
     if isinstance(obj, dict):
         return {k: _replace(v, old, new) for k, v in obj.items()}
     return obj

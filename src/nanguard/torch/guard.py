@@ -37,12 +37,13 @@ from ..core.policy import Recovery
 from ..core.source import user_frame
 from . import _autograd, _dist, _patches
 from ._modules import ModuleStack
+from ._modules import unwrap as _unwrap
 from ._recorder import StepRecorder
 from ._stats import all_finite, counts
 from .locator import graph_leaves
 from .replay import replay
 from .snapshot import SCALERS, SCHEDULERS, Snapshotter, floating_buffers
-from .watch import NormCheck, check_grads, check_params
+from .watch import NormCheck, check, check_grads, check_params
 
 __all__ = ["POLICIES", "Guard", "attach"]
 
@@ -133,6 +134,7 @@ class Guard(_autograd.BackwardListener):
         self._buffer_copy: list[torch.Tensor] | None = None
         self._scaler_skips = 0
         self._in_opt_step = False
+        self._params_due = False
 
     # --- counters (optax / accelerate names) -----------------------------------------------------
     @property
@@ -180,9 +182,21 @@ class Guard(_autograd.BackwardListener):
         return self
 
     def detach(self) -> None:
-        """Stop watching and remove every hook. Safe to call twice."""
+        """Stop watching and remove every hook. Safe to call twice.
+
+        With policy ``raise`` the weights left by the last update are checked here (they are
+        otherwise checked with the next step's gradients); a non-finite one is added to
+        :attr:`findings`.
+        """
         if not self._installed:
             return
+        if self._params_due and self._primary is not None:
+            self._params_due = False
+            pchk = check_params(self._opt_params(self._primary))
+            if len(self.history):
+                self.history[-1].param_norm = pchk.norm
+            if not pchk.finite:
+                self.findings.append(self._optimizer_finding(self._primary, pchk, self.step - 1))
         self.recorder.resume_tape = False
         self.recorder.tape_off()
         _patches.unregister_recorder(self.recorder)
@@ -337,7 +351,17 @@ class Guard(_autograd.BackwardListener):
         params = self._opt_params(opt)
         if not any(p.grad is not None for p in params) and not self._losses:
             return  # a closure-based optimizer (LBFGS) computes its gradients inside step()
-        chk = check_grads(params, self._losses)
+        # with policy "raise" the weights the previous update left are checked here, in the same
+        # fused check as the gradients: one host synchronisation per step
+        due = self._params_due
+        chk, pchk = check([p.grad for p in params], self._losses, params if due else ())
+        opt_failure: tuple[Finding, Diagnosis] | None = None
+        if pchk is not None:
+            self._params_due = False
+            if len(self.history):
+                self.history[-1].param_norm = pchk.norm
+            if not pchk.finite:
+                opt_failure = self._optimizer_finding(opt, pchk, self.step - 1)
         if (
             not chk.finite
             and not chk.bad
@@ -348,6 +372,8 @@ class Guard(_autograd.BackwardListener):
             # passed on are finite: the scaler's business, not a failure (a NaN loss still is)
             chk.finite = True
         self._pending = chk
+        if opt_failure is not None and self._deferred is None:
+            self._deferred = opt_failure
         ok, bad_ranks = _dist.agree(chk.finite and self._deferred is None, params)
         if ok:
             self.recovery.healthy_step()
@@ -356,10 +382,12 @@ class Guard(_autograd.BackwardListener):
             self._apply_to_grads(params, opt)
             return
         if self._deferred is not None:
-            # the previous step's update made the weights non-finite (found after it, on a
-            # multi-process run): act on it now that every rank agrees
+            # the previous step's update made the weights non-finite (found after it): act on it
+            # now that every rank agrees
             finding, diag = self._deferred
             self._deferred = None
+            if _dist.active():
+                finding, diag = _dist.share(finding, diag, bad_ranks)
             self._act(finding, diag, params, opt, rollback_weights=True)
             return
         self._failure(chk, params, bad_ranks, opt=opt)
@@ -379,11 +407,19 @@ class Guard(_autograd.BackwardListener):
             for p, g in self._hidden_grads:  # give the user their gradients back
                 p.grad = g
             self._hidden_grads = []
-        if opt is self._primary:
+        if opt is self._primary and self.policy == "raise":
+            self._params_due = True  # checked with the next step's gradients
+            self._record(self._pending, None)
+            self._end_step()
+        elif opt is self._primary:
             params = self._opt_params(opt)
             pchk = check_params(params)
             if not pchk.finite and not self.step_was_skipped:
-                self._optimizer_failure(opt, pchk)
+                finding, diag = self._optimizer_finding(opt, pchk, self.step)
+                if _dist.active():
+                    self._deferred = (finding, diag)  # every rank must agree: act at the next check
+                else:
+                    self._act(finding, diag, params, opt, rollback_weights=True, after_update=True)
             elif pchk.finite:
                 self._maybe_snapshot(before_update=False)
             self._record(self._pending, pchk)
@@ -491,18 +527,25 @@ class Guard(_autograd.BackwardListener):
             event=self._event_tag,
         )
         self._event_tag = None
-        names = self._param_names()
         if g is not None and g.per_tensor:
-            params = self._watched_params()
-            rec.layer_grad_norms = {
-                names.get(id(params[i]), f"param{i}"): v
-                for i, v in zip(g.index, g.per_tensor)
-                if i < len(params)
-            }
+            rec.layer_values = g.per_tensor
+            rec.layer_names = self._layer_names(g.index)
         self.history.append(rec)
 
     _event_tag: str | None = None
     _n_params: int | None = None
+    _names_for: tuple[int, list[int], list[str]] | None = None
+
+    def _layer_names(self, index: list[int]) -> list[str]:
+        """Names for the per-tensor norms, computed once and shared by every step's record."""
+        cached = self._names_for
+        if cached is not None and cached[0] == len(self._names) and cached[1] == index:
+            return cached[2]
+        names = self._param_names()
+        params = self._watched_params()
+        out = [names.get(id(params[i]), f"param{i}") if i < len(params) else f"param{i}" for i in index]
+        self._names_for = (len(self._names), list(index), out)
+        return out
 
     def _num_params(self) -> int:
         if self._n_params is None:
@@ -674,7 +717,10 @@ class Guard(_autograd.BackwardListener):
             details={"losses": [v if math.isfinite(v) else str(v) for v in chk.losses]},
         )
 
-    def _optimizer_failure(self, opt: torch.optim.Optimizer, pchk: NormCheck) -> None:
+    def _optimizer_finding(
+        self, opt: torch.optim.Optimizer, pchk: NormCheck, step: int
+    ) -> tuple[Finding, Diagnosis]:
+        """The weights were finite before ``step``'s update and are not after it."""
         params = self._opt_params(opt)
         names = self._param_names()
         bad = [params[i] for i in pchk.bad if i < len(params)]
@@ -688,7 +734,7 @@ class Guard(_autograd.BackwardListener):
             module=pnames[0].rsplit(".", 1)[0] if pnames and "." in pnames[0] else "",
             source=loc.short if loc else None,
             source_code=loc.code if loc else None,
-            step=self.step,
+            step=step,
             dtype=str(first.dtype).replace("torch.", ""),
             shape=tuple(first.shape),
             nan=nan,
@@ -705,12 +751,7 @@ class Guard(_autograd.BackwardListener):
                 "nanguard run --trace names it",
             },
         )
-        diag = diagnose(finding, self.history, self.context())
-        if _dist.active():
-            # every rank must agree before acting: act at the next step's check
-            self._deferred = (finding, diag)
-            return
-        self._act(finding, diag, params, opt, rollback_weights=True, after_update=True)
+        return finding, diagnose(finding, self.history, self.context())
 
     def report(self) -> str:
         """A plain-text summary: steps, recoveries and every finding with its diagnosis."""
@@ -723,15 +764,6 @@ class Guard(_autograd.BackwardListener):
         lines = [head] + [f"  step {r['step']}: {r['description']} ({r['reason']})" for r in self.recoveries]
         body = [format_finding(f, d) for f, d in self.findings]
         return "\n\n".join(["\n".join(lines), *body])
-
-
-def _unwrap(m: nn.Module) -> nn.Module:
-    """The user's model inside DistributedDataParallel / DataParallel / torch.compile wrappers."""
-    inner = getattr(m, "module", None)
-    if isinstance(inner, nn.Module) and type(m).__name__ in ("DistributedDataParallel", "DataParallel"):
-        return inner
-    orig = getattr(m, "_orig_mod", None)
-    return orig if isinstance(orig, nn.Module) else m
 
 
 def _scale(scaler: Any) -> float:

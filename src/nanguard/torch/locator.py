@@ -137,6 +137,7 @@ class Locator(TorchDispatchMode):
         self.frame_stop: frozenset[Any] = frozenset()
         # set by the replay: does this tensor hold (a view of) a parameter's gradient?
         self.is_grad: Any = None
+        self.notes: set[str] = set()
 
     # --- naming of weights ----------------------------------------------------------------------
     def refresh_params(self) -> None:

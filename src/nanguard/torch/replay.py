@@ -19,7 +19,7 @@ from torch import nn
 
 from ..core.finding import Finding
 from . import _autograd
-from ._modules import ModuleStack
+from ._modules import ModuleStack, unwrap
 from ._recorder import Backward, Event, Ref, RngState, RootCall, TapeOp, _flat, mutated_args
 from ._stats import checkable
 from .locator import Locator, graph_leaves
@@ -69,7 +69,8 @@ class _Values:
                 return g
             return obj.detach().clone() if clone_ext else obj
         if isinstance(obj, (list, tuple)):
-            return type(obj)(self.resolve(v, clone_ext) for v in obj)
+            items = [self.resolve(v, clone_ext) for v in obj]
+            return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
         if isinstance(obj, dict):
             return {k: self.resolve(v, clone_ext) for k, v in obj.items()}
         return obj
@@ -151,7 +152,10 @@ def replay(
         loc.source_override = None
         loc.is_grad = None
     extra: dict[str, Any] = {"activation_scale": scale, "complete": complete}
-    return (loc.findings[0] if loc.findings else None), extra
+    finding = loc.findings[0] if loc.findings else None
+    if finding is not None and loc.notes:
+        finding.details.setdefault("note", "; ".join(sorted(loc.notes)))
+    return finding, extra
 
 
 def _run_op(ev: TapeOp, i: int, values: _Values, loc: Locator, produced: set[int]) -> None:
@@ -186,9 +190,14 @@ def _run_root(ev: RootCall, i: int, values: _Values, loc: Locator) -> None:
     kwargs = values.resolve(ev.kwargs)
     ev.rng.restore()
     loc.call_source = ev.source
+    # torch.compile'd: the replay runs the same module eagerly; DistributedDataParallel: the
+    # module itself, with no gradient all-reduce (the other ranks are not in the replay)
+    module = unwrap(ev.module)
+    if isinstance(getattr(ev.module, "_orig_mod", None), nn.Module):
+        loc.notes.add("the model is compiled with torch.compile; the replay ran it eagerly")
     try:
         with torch.set_grad_enabled(ev.grad_enabled):
-            out = ev.module(*args, **kwargs)
+            out = module(*args, **kwargs)
     finally:
         loc.call_source = None
     for j, t in enumerate(_flat(out)):

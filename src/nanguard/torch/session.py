@@ -7,6 +7,7 @@ also keeps a locator on every op, for code that has no optimizer step to hook.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -36,6 +37,9 @@ class TorchSession:
 
     # --- lifecycle ---------------------------------------------------------------------------
     def install(self) -> None:
+        # torch warns that global module hooks fire once more for a torch.compile'd module;
+        # they are nanguard's, not the script's, and nanguard expects that
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
         self.guard.install()
         if self.trace:
             from . import _autograd

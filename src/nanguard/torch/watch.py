@@ -1,10 +1,11 @@
 """The watch tier: one fused finiteness check per step, and the step's scalars.
 
-``check_grads`` runs at the optimizer's pre-step hook (after backward, before the update is
-applied); ``check_params`` right after the step. Each computes per-tensor norms with
-``torch._foreach_norm`` (one kernel launch per device and dtype on CUDA), reduces them, and brings
-the handful of numbers to the host in a single ``tolist()``: one synchronisation, and the loss,
-the global gradient norm and the per-tensor norms come along for the history.
+Runs at the optimizer's pre-step hook (after backward, before the update is applied). One
+``torch._foreach_norm`` over every gradient — and, with the default ``raise`` policy, every
+weight as the previous update left it — then one ``torch.cat`` with the loss(es), and a single
+``tolist()``: one host synchronisation per step, a handful of kernel launches whatever the number
+of tensors, and the loss, the gradient norm, the weight norm and the per-tensor norms come along
+for the history. Only when a number is not finite does a second, exact pass find which tensor.
 """
 
 from __future__ import annotations
@@ -17,77 +18,107 @@ import torch
 
 from ._stats import checkable
 
-__all__ = ["NormCheck", "check_grads", "check_params"]
+__all__ = ["NormCheck", "check", "check_grads", "check_params"]
 
 _LOW = (torch.float16, torch.bfloat16)
 
 
 @dataclass
 class NormCheck:
-    """Result of one fused check. ``bad`` lists indices of tensors that hold NaN/Inf."""
+    """Result of one fused check of one group of tensors (gradients, or weights).
+
+    ``bad`` lists indices (into the caller's list) of tensors holding NaN/Inf; ``index`` maps
+    each entry of ``per_tensor`` to the caller's list.
+    """
 
     finite: bool
     norm: float | None
     per_tensor: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     bad: list[int] = field(default_factory=list)
-    index: list[int] = field(default_factory=list)  # position in the caller's list of each norm
+    index: list[int] = field(default_factory=list)
 
 
-def _norms(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def _norms(ts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per-tensor 2-norms as one float64 vector (on the first tensor's device)."""
+    dev, dt = ts[0].device, ts[0].dtype
+    if all(t.device == dev and t.dtype == dt for t in ts):
+        # float32 accumulation (float16/bfloat16 would overflow at 65504); a norm that overflows
+        # float32 on finite values is caught by the exact pass, never reported as a failure
+        norms = torch._foreach_norm(list(ts), 2, dtype=torch.float32 if dt in _LOW else None)
+        return torch.stack(norms).to(torch.float64)
+    out: list[torch.Tensor | None] = [None] * len(ts)
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     for i, t in enumerate(ts):
         groups.setdefault((t.device, t.dtype), []).append(i)
-    out: list[torch.Tensor | None] = [None] * len(ts)
-    for (dev, dt), idx in groups.items():
-        group = [ts[i] for i in idx]
-        if dt in _LOW:
-            norms = torch._foreach_norm(group, 2, dtype=torch.float32)
-        else:
-            norms = torch._foreach_norm(group, 2, dtype=torch.float64 if dev.type == "cpu" else None)
-        for i, n in zip(idx, norms):
-            out[i] = n
-    return [n for n in out if n is not None]
+    for (_dev, gdt), idx in groups.items():
+        acc = torch.float32 if gdt in _LOW else None
+        for i, n in zip(idx, torch._foreach_norm([ts[i] for i in idx], 2, dtype=acc)):
+            out[i] = n.to(dev, torch.float64)
+    return torch.stack([n for n in out if n is not None])
 
 
-def _fused(tensors: Sequence[torch.Tensor | None], extra: Sequence[torch.Tensor]) -> NormCheck:
-    index = [i for i, t in enumerate(tensors) if t is not None and checkable(t)]
-    ts: list[torch.Tensor] = [t for t in tensors if t is not None and checkable(t)]
-    if not ts and not extra:
-        return NormCheck(True, None)
-    dev = ts[0].device if ts else extra[0].device
+def check(
+    grads: Sequence[torch.Tensor | None],
+    losses: Sequence[torch.Tensor] = (),
+    params: Sequence[torch.Tensor] = (),
+) -> tuple[NormCheck, NormCheck | None]:
+    """Check gradients + losses, and optionally weights, with one host synchronisation.
+
+    Returns ``(gradient check, weight check or None)``.
+    """
+    gi = [i for i, t in enumerate(grads) if t is not None and checkable(t)]
+    gts = [grads[i] for i in gi]
+    pi = [i for i, t in enumerate(params) if checkable(t)]
+    pts = [params[i] for i in pi]
+    ls = [x for x in losses if checkable(x)]
+    tensors = [t for t in gts if t is not None] + pts
+    if not tensors and not ls:
+        return NormCheck(True, None), (NormCheck(True, None) if params else None)
+    dev = tensors[0].device if tensors else ls[0].device
     parts: list[torch.Tensor] = []
-    per = None
-    if ts:
-        norms = _norms(ts)
-        per = torch.stack([n.to(dev, torch.float64) for n in norms])
-        parts.append(torch.linalg.vector_norm(per).reshape(1))
-    if extra:
-        parts.append(torch.stack([e.detach().to(dev, torch.float64).sum() for e in extra]))
-    if per is not None:
-        parts.append(per)
-    vals = torch.cat(parts).tolist()  # the one host synchronisation of the step
-    k = 1 if ts else 0
-    norm = vals[0] if ts else None
-    losses = vals[k : k + len(extra)]
-    per_l = vals[k + len(extra) :]
-    finite = all(math.isfinite(v) for v in vals[: k + len(extra)])
+    if tensors:
+        parts.append(_norms(tensors))
+    for x in ls:
+        v = x.detach()
+        parts.append((v if v.numel() == 1 else v.sum()).reshape(1).to(dev, torch.float64))
+    vals = (parts[0] if len(parts) == 1 else torch.cat(parts)).tolist()  # the one host sync
+    ng, npar = len(gts), len(pts)
+    gper, pper, lvals = vals[:ng], vals[ng : ng + npar], vals[ng + npar :]
+    gchk = _finish(gper, gi, [t for t in gts if t is not None], lvals, ls)
+    pchk = _finish(pper, pi, pts, [], []) if params else None
+    return gchk, pchk
+
+
+def _finish(
+    per: list[float],
+    index: list[int],
+    ts: Sequence[torch.Tensor],
+    lvals: list[float],
+    ls: Sequence[torch.Tensor],
+) -> NormCheck:
+    sq = math.fsum(v * v for v in per) if per else 0.0
+    norm = math.sqrt(sq) if per and math.isfinite(sq) else (float("inf") if per else None)
+    finite = all(math.isfinite(v) for v in per) and all(math.isfinite(v) for v in lvals)
     bad: list[int] = []
     if not finite:
-        # the fused number is not finite: find out exactly which tensors are (an overflowing but
-        # finite norm is not a failure)
-        bad = [index[j] for j, t in enumerate(ts) if not bool(torch.isfinite(t).all())]
-        bad_loss = [i for i, v in enumerate(losses) if not math.isfinite(v)]
-        bad_loss = [i for i in bad_loss if not bool(torch.isfinite(extra[i]).all())]
+        # a number is not finite: find out exactly which tensors are (a per-tensor norm that
+        # overflowed on finite values is not a failure)
+        bad = [index[j] for j, t in enumerate(ts) if not math.isfinite(per[j])
+               and not bool(torch.isfinite(t).all())]
+        bad_loss = [i for i, v in enumerate(lvals) if not math.isfinite(v)
+                    and not bool(torch.isfinite(ls[i]).all())]
         finite = not bad and not bad_loss
-    return NormCheck(finite, norm, per_l, losses, bad, index)
+    return NormCheck(finite, norm, per, lvals, bad, index)
 
 
 def check_grads(params: Sequence[torch.Tensor], losses: Sequence[torch.Tensor] = ()) -> NormCheck:
     """Are the gradients of ``params`` (and the ``losses``) finite? One host sync."""
-    return _fused([p.grad for p in params], [x for x in losses if checkable(x)])
+    return check([p.grad for p in params], losses)[0]
 
 
 def check_params(params: Sequence[torch.Tensor]) -> NormCheck:
-    """Are ``params`` finite after the update? One host sync."""
-    return _fused(list(params), [])
+    """Are ``params`` finite (after an update)? One host sync."""
+    pchk = check([], (), params)[1]
+    assert pchk is not None
+    return pchk

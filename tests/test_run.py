@@ -1,0 +1,208 @@
+"""`nanguard run` on unmodified scripts: behaviour, exit status, JSON run log."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def _ng(tmp_path: Path, *args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nanguard", "run", *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=ENV,
+    )
+
+
+HEALTHY = """
+    import sys
+    import torch, torch.nn as nn, torch.nn.functional as F
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = torch.randn(64, 8), torch.randn(64, 1)
+    for step in range(int(sys.argv[1])):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        print(f"{step} {loss.item()!r}")
+    if __name__ == "__main__":
+        print("main", sys.argv[1:])
+"""
+
+
+def test_healthy_script_output_is_unchanged_bit_for_bit(tmp_path: Path) -> None:
+    script = _script(tmp_path, HEALTHY)
+    plain = subprocess.run([sys.executable, str(script), "20"], cwd=tmp_path, capture_output=True,
+                           text=True, env=ENV, timeout=120)
+    guarded = _ng(tmp_path, "--json", "log.json", "train.py", "20")
+    assert plain.returncode == guarded.returncode == 0
+    assert guarded.stdout == plain.stdout
+    assert "main ['20']" in guarded.stdout
+    log = json.loads((tmp_path / "log.json").read_text())
+    assert log["schema"] == 1 and log["status"] == "ok" and log["steps"] == 20
+    assert log["events"] == [] and log["exit_code"] == 0
+    assert len(log["history"]) == 20 and log["history"][0]["grad_norm"] > 0
+
+
+NAN = """
+    import torch, torch.nn as nn, torch.nn.functional as F
+    torch.manual_seed(0)
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(8, 8)
+            self.head = nn.Linear(8, 1)
+        def forward(self, x):
+            h = self.body(x)
+            return self.head(torch.sqrt(h - h))      # sqrt(0): infinite derivative
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(5):
+        opt.zero_grad()
+        loss = model(torch.randn(16, 8)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        print("step", step)
+"""
+
+
+def test_nonfinite_exits_3_with_the_finding_and_json(tmp_path: Path) -> None:
+    _script(tmp_path, NAN)
+    r = _ng(tmp_path, "--json", "out/log.json", "train.py")
+    assert r.returncode == 3, r.stderr
+    assert "SqrtBackward0" in r.stderr and "cause: unsafe-op" in r.stderr
+    assert r.stdout == ""  # stopped before the first print: at step 0
+    log = json.loads((tmp_path / "out" / "log.json").read_text())
+    assert log["status"] == "nonfinite" and log["exit_code"] == 3
+    (ev,) = log["events"]
+    assert (ev["phase"], ev["grad_fn"], ev["module"], ev["cause"]) == ("backward", "SqrtBackward0", "", "unsafe-op")
+    assert ev["source"] == "train.py:11" and ev["step"] == 0
+    for key in ("op", "dtype", "shape", "nan", "posinf", "neginf", "confidence", "evidence", "fixes"):
+        assert key in ev
+
+
+def test_policy_skip_keeps_the_run_going(tmp_path: Path) -> None:
+    _script(tmp_path, NAN)
+    r = _ng(tmp_path, "--policy", "skip", "--json", "log.json", "train.py")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("step") == 5
+    log = json.loads((tmp_path / "log.json").read_text())
+    assert log["status"] == "recovered" and len(log["recoveries"]) == 5
+
+
+def test_other_exceptions_keep_their_traceback_and_status(tmp_path: Path) -> None:
+    _script(tmp_path, """
+        import torch
+        def helper():
+            raise KeyError("no such column")
+        helper()
+    """)
+    r = _ng(tmp_path, "--json", "log.json", "train.py")
+    assert r.returncode == 1
+    assert 'File "' in r.stderr and "train.py\", line 4, in helper" in r.stderr
+    assert "KeyError: 'no such column'" in r.stderr
+    assert "runpy" not in r.stderr
+    assert json.loads((tmp_path / "log.json").read_text())["status"] == "error"
+
+
+def test_sys_exit_status_is_kept(tmp_path: Path) -> None:
+    _script(tmp_path, "import sys, torch\nprint('bye')\nsys.exit(7)\n")
+    r = _ng(tmp_path, "train.py")
+    assert r.returncode == 7 and r.stdout == "bye\n"
+
+
+def test_missing_script_and_syntax_error(tmp_path: Path) -> None:
+    r = _ng(tmp_path, "nope.py")
+    assert r.returncode == 2 and "no such file: nope.py" in r.stderr
+    _script(tmp_path, "def f(:\n  pass\n", "bad.py")
+    r = _ng(tmp_path, "bad.py")
+    assert r.returncode == 1 and "SyntaxError" in r.stderr
+
+
+def test_crash_caused_by_nan_is_explained_first(tmp_path: Path) -> None:
+    _script(tmp_path, """
+        import torch, torch.nn as nn
+        torch.manual_seed(0)
+        policy = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+        with torch.no_grad():
+            policy[2].bias[0] = float("nan")      # a corrupted weight
+        probs = torch.softmax(policy(torch.randn(5, 4)), -1)
+        action = torch.multinomial(probs, 1)      # dies of the NaN in its own way
+    """)
+    r = _ng(tmp_path, "--json", "log.json", "train.py")
+    assert r.returncode == 3
+    assert "RuntimeError" in r.stderr  # the script's own error is still shown
+    assert "caused by a non-finite value" in r.stderr
+    log = json.loads((tmp_path / "log.json").read_text())
+    (ev,) = log["events"]
+    assert ev["cause"] == "nonfinite-parameters" and "2.bias" in str(ev["details"])
+
+
+def test_json_is_written_on_ctrl_c(tmp_path: Path) -> None:
+    _script(tmp_path, """
+        import time, torch
+        print("ready", flush=True)
+        while True:
+            time.sleep(0.05)
+    """)
+    p = subprocess.Popen([sys.executable, "-m", "nanguard", "run", "--json", "log.json", "train.py"],
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=30) == 130
+    assert json.loads((tmp_path / "log.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.slow
+def test_dataloader_workers_and_torch_compile(tmp_path: Path) -> None:
+    _script(tmp_path, """
+        import torch, torch.nn as nn, torch.nn.functional as F
+        from torch.utils.data import DataLoader, TensorDataset
+        def main():
+            torch.manual_seed(0)
+            x, y = torch.randn(128, 8), torch.randn(128, 1)
+            x[70, 3] = float("nan")
+            dl = DataLoader(TensorDataset(x, y), batch_size=32, num_workers=2)
+            model = torch.compile(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            for xb, yb in dl:
+                opt.zero_grad(); F.mse_loss(model(xb), yb).backward(); opt.step()
+        if __name__ == "__main__":
+            main()
+    """)
+    r = _ng(tmp_path, "--json", "log.json", "train.py", timeout=300)
+    assert r.returncode == 3, r.stderr[-2000:]
+    (ev,) = json.loads((tmp_path / "log.json").read_text())["events"]
+    assert ev["phase"] == "data" and ev["step"] == 2
+    assert ev["details"]["samples"] == [{"index": 6, "kind": "NaN", "features": [3]}]
+    assert "torch.compile" in ev["details"]["note"]
+
+
+def test_python_dash_m_and_env_policy(tmp_path: Path) -> None:
+    _script(tmp_path, NAN)
+    r = subprocess.run([sys.executable, "-m", "nanguard", "run", "train.py"], cwd=tmp_path,
+                       capture_output=True, text=True, env={**ENV, "NANGUARD_POLICY": "skip"}, timeout=120)
+    assert r.returncode == 0
+    r = subprocess.run([sys.executable, "-m", "nanguard", "run", "train.py"], cwd=tmp_path,
+                       capture_output=True, text=True, env={**ENV, "NANGUARD_POLICY": "bogus"}, timeout=120)
+    assert r.returncode == 2 and "NANGUARD_POLICY='bogus'" in r.stderr
