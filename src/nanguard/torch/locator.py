@@ -21,22 +21,22 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.weak import WeakIdKeyDictionary
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from ..core.errors import NonFiniteError
 from ..core.finding import Finding
-from ..core.ops import SINGULAR_OPS, canonical_op
+from ..core.ops import canonical_op
 from ..core.source import skip_dir, user_frame
 from . import _autograd
 from ._modules import ModuleStack, param_names
-from ._stats import checkable, counts, is_finite, iter_tensors, tensor_stats
+from ._stats import all_finite, checkable, counts, is_finite, iter_tensors, tensor_stats
 
 __all__ = ["Locator", "locate"]
 
@@ -56,6 +56,27 @@ class Origin:
     deliberate: bool = False  # made from an explicit inf/nan constant (masks)
 
 
+# ops that cannot turn finite inputs into NaN/Inf: their outputs need no check unless an input
+# is already tracked (``_to_copy``/``copy_`` are not here: a cast to float16 can overflow)
+_SAFE = frozenset({
+    "view", "_unsafe_view", "reshape", "expand", "t", "transpose", "permute", "unsqueeze",
+    "squeeze", "select", "slice", "alias", "detach", "as_strided", "contiguous", "clone",
+    "split", "split_with_sizes", "chunk", "unbind", "narrow", "cat", "stack", "index_select",
+    "gather", "embedding", "relu", "relu_", "threshold", "threshold_backward", "hardtanh",
+    "clamp", "clamp_min", "clamp_max", "sigmoid", "tanh", "_softmax", "_log_softmax", "abs",
+    "neg", "where", "max_pool2d_with_indices", "max_pool1d", "max_pool3d_with_indices",
+    "adaptive_max_pool2d", "max_pool2d_with_indices_backward", "native_dropout",
+    "native_dropout_backward", "zeros_like", "ones_like", "zeros", "ones", "empty",
+    "empty_like", "empty_strided", "new_empty", "new_zeros", "new_ones", "new_empty_strided",
+    "zero_", "fill_", "full", "full_like", "arange", "masked_fill", "masked_fill_",
+    "max", "min", "amax", "amin", "fill", "lift_fresh", "_unsafe_index", "index", "flip", "roll",
+})
+# ops whose output explains a later log/div/sqrt (softmax underflow, sigmoid saturation, ...)
+_EXPLAINS = frozenset({"softmax", "log_softmax", "sigmoid", "std", "var", "sqrt", "exp", "tanh",
+                       "var_mean", "std_mean", "norm", "mean", "sum"})
+# in-place ops whose overwritten argument is the one with the singularity (log_, sqrt_, ...)
+_UNARY_SINGULAR = frozenset({"log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "exp",
+                             "exp2", "expm1", "pow", "acos", "asin", "atanh", "div"})
 # ops that select part of a tensor: the batch is what comes out of ``data[i]``, not ``data``
 _SELECT = frozenset({"select", "slice", "index", "index_select", "narrow", "_unsafe_index",
                      "take", "masked_select", "gather"})
@@ -72,6 +93,9 @@ class _SchemaInfo:
     inplace: bool
     canonical: str
     packet: str
+    name: str
+    safe: bool  # cannot make a non-finite value from finite inputs
+    explains: bool  # its output explains a later singularity (softmax before a log)
 
 
 _SCHEMA_CACHE: dict[Any, _SchemaInfo] = {}
@@ -89,9 +113,89 @@ def _schema(func: Any) -> _SchemaInfo:
             inplace=bool(mutated),
             canonical=canonical_op(str(func)),
             packet=str(func).split(".")[1] if str(func).count(".") >= 2 else str(func),
+            name=str(func),
+            safe=(str(func).split(".")[1] if str(func).count(".") >= 2 else "") in _SAFE,
+            explains=canonical_op(str(func)) in _EXPLAINS,
         )
         _SCHEMA_CACHE[func] = info
     return info
+
+
+def _clone_tree(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _clone_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_clone_tree(v) for v in obj)
+    return obj
+
+
+def _flat(obj: Any) -> list[torch.Tensor]:
+    """Tensors in op arguments/outputs: a tensor, or a (nested) list/tuple/dict of them."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    out: list[torch.Tensor] = []
+    if isinstance(obj, (list, tuple)):
+        for o in obj:
+            if isinstance(o, torch.Tensor):
+                out.append(o)
+            elif isinstance(o, (list, tuple, dict)):
+                out.extend(_flat(o))
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            out.extend(_flat(o))
+    return out
+
+
+def _nonfinite_scalar(args: Any) -> bool:
+    return any(isinstance(a, float) and not math.isfinite(a) for a in args)
+
+
+class _IdMap:
+    """``tensor -> value`` keyed by identity with weak references: an int dict lookup per query
+    (``torch.utils.weak.WeakIdKeyDictionary`` allocates a reference object per lookup)."""
+
+    def __init__(self) -> None:
+        self._d: dict[int, tuple[weakref.ref[torch.Tensor], Any]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __contains__(self, t: object) -> bool:
+        e = self._d.get(id(t))
+        return e is not None and e[0]() is t
+
+    def get(self, t: object, default: Any = None) -> Any:
+        e = self._d.get(id(t))
+        if e is None or e[0]() is not t:
+            return default
+        return e[1]
+
+    def __setitem__(self, t: torch.Tensor, value: Any) -> None:
+        key = id(t)
+        d = self._d
+
+        def drop(_ref: object, k: int = key) -> None:
+            d.pop(k, None)
+
+        d[key] = (weakref.ref(t, drop), value)
+
+    def pop(self, t: object, default: Any = None) -> Any:
+        if t in self:
+            return self._d.pop(id(t))[1]
+        return default
+
+    def items(self) -> list[tuple[torch.Tensor, Any]]:
+        out = []
+        for ref, v in list(self._d.values()):
+            t = ref()
+            if t is not None:
+                out.append((t, v))
+        return out
 
 
 def _fmt_dtype(t: torch.Tensor) -> str:
@@ -122,12 +226,14 @@ class Locator(TorchDispatchMode):
         self.step = step
         self.detected_by = detected_by
         self.findings: list[Finding] = []
-        self.recs: WeakIdKeyDictionary = WeakIdKeyDictionary()  # non-finite tensor -> Origin
-        self.producers: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> (op, parent op, ...)
+        self.recs = _IdMap()  # non-finite tensor -> Origin
+        self.producers = _IdMap()  # tensor -> (op, parent op, ...), for explaining ops only
         self._pending: list[tuple[list[torch.Tensor], tuple[Any, ...]]] = []
         self._params: dict[int, str] = {}
         self._params_for: set[int] = set()
         self.in_optimizer = 0
+        self.fast_optimizer = True
+        self._opt_fast: tuple[Any, list[torch.Tensor], dict[Any, dict[str, Any]]] | None = None
         self.post_backward = False
         self._grad_ptrs: set[int] = set()
         self.relu_grad_note: str | None = None
@@ -200,13 +306,20 @@ class Locator(TorchDispatchMode):
         if phase == "backward":
             meta = node.metadata.get(_META_KEY) if node is not None else None
             if meta is not None:
-                return meta
+                path, typ, loc = meta
+                return path, typ, (loc.short if loc else None), (loc.code if loc else None)
             return None, None, None, None
+        path, typ, loc = self._where()
+        return path, typ, (loc.short if loc else None), (loc.code if loc else None)
+
+    def _where(self) -> tuple[str | None, str | None, Any]:
+        """(module path, module type, SourceLocation) of the op running now — cheap: the text
+        of the source line is only read when a finding needs it."""
         path, typ = self.modules.current()
         loc = self.source_override
         if loc is None:
-            loc = user_frame(3, self.frame_stop) or self.call_source
-        return path, typ, (loc.short if loc else None), (loc.code if loc else None)
+            loc = user_frame(4, self.frame_stop) or self.call_source
+        return path, typ, loc
 
     def _flush_pending(self) -> None:
         if not self._pending:
@@ -227,6 +340,8 @@ class Locator(TorchDispatchMode):
         if self._pending:
             self._flush_pending()
         info = _schema(func)
+        recs = self.recs
+        tracked = bool(recs) and any(t in recs for t in _flat(args))
 
         # in-place ops overwrite their input: look at it before the op runs
         pre_bad: dict[int, bool] = {}
@@ -235,15 +350,18 @@ class Locator(TorchDispatchMode):
         if info.inplace:
             for i in info.mutated:
                 if i < len(args):
-                    mutated.extend(t for t in iter_tensors(args[i]) if checkable(t))
+                    mutated.extend(t for t in _flat(args[i]) if checkable(t))
             for k in info.mutated_kw:
                 if k in kwargs:
-                    mutated.extend(t for t in iter_tensors(kwargs[k]) if checkable(t))
-            for t in mutated:
-                if t not in self.recs:
-                    pre_bad[id(t)] = not is_finite(t)
-                    if info.canonical in SINGULAR_OPS and t.numel() <= 1 << 22:
-                        pre_stats[id(t)] = tensor_stats(t, "self (before the op)")
+                    mutated.extend(t for t in _flat(kwargs[k]) if checkable(t))
+            if not info.safe:
+                for t in mutated:
+                    if t not in recs:
+                        pre_bad[id(t)] = not is_finite(t)
+                        if info.canonical in _UNARY_SINGULAR and t.numel() <= 1 << 22:
+                            # what the op overwrites is what explains it (log_ of zeros): keep a
+                            # copy; statistics are computed only if the result is not finite
+                            pre_stats[id(t)] = t.detach().clone()
 
         try:
             out = func(*args, **kwargs)
@@ -251,49 +369,133 @@ class Locator(TorchDispatchMode):
             self._on_failed_op(func, args, kwargs, exc)
             raise
 
-        if (
-            self.post_backward
-            and self.modules.depth == 0
-            and torch.is_grad_enabled()
-            and any(getattr(a, "requires_grad", False) for a in iter_tensors(args))
-        ):
+        requires_grad = torch.is_grad_enabled() and any(
+            getattr(a, "requires_grad", False) for a in _flat(args)
+        )
+        if self.post_backward and requires_grad and self.modules.depth == 0:
             self.post_backward = False  # a module-less forward pass started again
 
-        outs = [t for t in iter_tensors(out) if checkable(t)]
+        outs = [t for t in _flat(out) if checkable(t)]
         if mutated:
             seen = {id(t) for t in outs}
             outs.extend(t for t in mutated if id(t) not in seen)
         if not outs:
             return out
 
-        phase, node = self._phase(args)
-        name = str(func)
-        # remember who made each output (for "the input of log came from softmax")
-        parent: tuple[str, ...] = ()
-        for a in iter_tensors(args):
-            parent = self.producers.get(a, ())
-            if parent:
-                break
-        chain = (name, *parent[:2])
-        for t in outs:
-            self.producers[t] = chain
-
+        node = torch._C._current_autograd_node()
         # forward ops that build autograd nodes: tag the node with module and source for backward
-        if (
-            phase != "backward"
-            and torch.is_grad_enabled()
-            and any(getattr(a, "requires_grad", False) for a in iter_tensors(args))
-        ):
-            self._pending.append((outs, self._location(phase, node)))
+        if node is None and requires_grad:
+            self._pending.append((outs, self._where()))
+
+        # remember who made what explains a later singularity ("the input of log came from
+        # softmax"): only for the few ops that matter, and one step downstream of them
+        if info.explains:
+            for t in outs:
+                self.producers[t] = (info.name,)
+        elif self.producers:
+            for a in _flat(args):
+                parent = self.producers.get(a)
+                if parent is not None and len(parent) == 1:
+                    for t in outs:
+                        self.producers[t] = (info.name, parent[0])
+                    break
+
+        if info.safe and not tracked and not kwargs and not _nonfinite_scalar(args):
+            # cannot make a non-finite value from finite inputs (views, relu, softmax, ...);
+            # a non-finite input from outside is classified where it is first used for arithmetic
+            return out
 
         bad = [t for t in outs if not is_finite(t)]
         if not bad:
             # an in-place op may have cleaned a tracked tensor (nan_to_num_, masked_fill_)
-            for t in mutated:
-                self.recs.pop(t, None)
+            if recs:
+                for t in mutated:
+                    recs.pop(t, None)
             return out
-        self._on_nonfinite(func, info, args, kwargs, bad, mutated, pre_bad, pre_stats, phase, node, name)
+        phase, node = self._phase(args)
+        self._on_nonfinite(func, info, args, kwargs, bad, mutated, pre_bad, pre_stats, phase, node, info.name)
         return out
+
+    # --- the optimizer step ---------------------------------------------------------------------
+    def optimizer_pre(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Global optimizer pre-step hook while tracing.
+
+        Fast path: an optimizer step is dozens of small in-place ops per weight; instead of
+        checking each, the step runs untraced on a copy-protected state and one fused check
+        follows it (:meth:`optimizer_post`). Only when that check fails is the step undone and
+        run again op by op, to name the op that made the weights non-finite.
+        """
+        self.in_optimizer += 1
+        # torch passes the bound call's positional args, the optimizer itself first
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if closure is not None:
+            def wrapped() -> Any:
+                self.in_optimizer -= 1
+                try:
+                    return closure()
+                finally:
+                    self.in_optimizer += 1
+
+            if "closure" in kwargs:
+                return args, {**kwargs, "closure": wrapped}
+            return (args[0], wrapped, *args[2:]), kwargs
+        if (
+            self.fast_optimizer
+            and self.in_optimizer == 1
+            and self._opt_fast is None
+            and _get_current_dispatch_mode() is self
+        ):
+            self.__exit__(None, None, None)  # first: the copies below need no tracing
+            params = [p for g in opt.param_groups for p in g["params"]]
+            with torch.no_grad():
+                saved = {
+                    p: {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in opt.state[p].items()}
+                    for p in params
+                    if p in opt.state
+                }
+                self._opt_fast = (opt, [p.clone() for p in params], saved)
+        return None
+
+    def optimizer_post(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Global optimizer post-step hook while tracing (see :meth:`optimizer_pre`)."""
+        self.in_optimizer = max(0, self.in_optimizer - 1)
+        self.post_backward = False
+        fast = self._opt_fast
+        if fast is None or fast[0] is not opt:
+            return
+        self._opt_fast = None
+        params = [p for g in opt.param_groups for p in g["params"]]
+        state = [v for p in params for v in opt.state.get(p, {}).values()
+                 if isinstance(v, torch.Tensor) and checkable(v)]
+        ok = all_finite([*params, *state])
+        if not ok:
+            # undo the step: weights and optimizer state as they were before it
+            _saved, clones, saved = fast
+            with torch.no_grad():
+                for p, c in zip(params, clones):
+                    p.copy_(c)
+                for p in params:
+                    if p not in saved:
+                        opt.state.pop(p, None)  # made by this step
+                        continue
+                    st = opt.state[p]
+                    for k, v in saved[p].items():
+                        cur = st.get(k)
+                        if isinstance(v, torch.Tensor) and isinstance(cur, torch.Tensor) and cur.shape == v.shape:
+                            cur.copy_(v)
+                        else:
+                            st[k] = v
+        self.__enter__()
+        if ok:
+            return
+        # ... and run it again, op by op, under this locator
+        raw = getattr(type(opt).step, "__wrapped__", None)
+        self.in_optimizer += 1
+        try:
+            if raw is not None:
+                raw(opt)  # without the hooks: nothing else sees this second run
+        finally:
+            self.in_optimizer = max(0, self.in_optimizer - 1)
 
     # --- provenance ------------------------------------------------------------------------------
     def _on_nonfinite(
@@ -455,7 +657,7 @@ class Locator(TorchDispatchMode):
         for argname, v in zip(names, vals):
             if isinstance(v, torch.Tensor):
                 if id(v) in pre_stats:
-                    stats.append(pre_stats[id(v)])
+                    stats.append(tensor_stats(pre_stats[id(v)], f"{argname} (before the op)"))
                 elif info.inplace and argname == info.names[0]:
                     pass  # overwritten by the op: what it held before is not known
                 elif checkable(v) and len(stats) < 6:
@@ -707,35 +909,13 @@ def locate(model: nn.Module | None = None, *, step: int | None = None) -> Iterat
     stack = ModuleStack(model)
     loc = Locator(model, modules=stack, on_sink="raise", step=step)
 
-    def opt_pre(opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        loc.in_optimizer += 1
-        # torch passes the bound call's positional args, the optimizer itself first
-        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
-        if closure is None:
-            return None
-
-        def wrapped() -> Any:
-            loc.in_optimizer -= 1
-            try:
-                return closure()
-            finally:
-                loc.in_optimizer += 1
-
-        if "closure" in kwargs:
-            return args, {**kwargs, "closure": wrapped}
-        return (args[0], wrapped, *args[2:]), kwargs
-
-    def opt_post(opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        loc.in_optimizer = max(0, loc.in_optimizer - 1)
-        loc.post_backward = False
-
     def on_enter(mod: nn.Module) -> None:
         loc.post_backward = False
 
     stack.on_enter = on_enter
     stack.install()
     bh = _autograd.add_backward_listener(_LocateListener(loc))
-    oh = _autograd.add_optimizer_listener(opt_pre, opt_post)
+    oh = _autograd.add_optimizer_listener(loc.optimizer_pre, loc.optimizer_post)
     try:
         with loc:
             yield loc

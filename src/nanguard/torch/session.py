@@ -10,8 +10,6 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import torch
-
 from ..core.diagnosis import Diagnosis, diagnose
 from ..core.errors import NonFiniteError
 from ..core.finding import Finding
@@ -51,7 +49,7 @@ class TorchSession:
             loc = Locator(None, modules=self.guard.modules, on_sink="raise", detected_by="trace")
             self._locator = loc
             self._handles.append(_autograd.add_backward_listener(_LocateListener(loc)))
-            self._handles.append(_autograd.add_optimizer_listener(self._opt_pre, self._opt_post))
+            self._handles.append(_autograd.add_optimizer_listener(loc.optimizer_pre, loc.optimizer_post))
             self.guard.on_step_end.append(self._sync_step)
             loc.__enter__()
 
@@ -66,15 +64,6 @@ class TorchSession:
             h.remove()
         self._handles = []
         self.guard.detach()
-
-    def _opt_pre(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if self._locator is not None:
-            self._locator.in_optimizer += 1
-
-    def _opt_post(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if self._locator is not None:
-            self._locator.in_optimizer = max(0, self._locator.in_optimizer - 1)
-            self._locator.post_backward = False
 
     def _sync_step(self) -> None:
         if self._locator is not None:
