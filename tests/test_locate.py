@@ -14,6 +14,13 @@ import nanguard
 from nanguard import NonFiniteError
 
 
+@pytest.fixture(autouse=True, params=["sync", "deferred"])
+def _check_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every locator test runs twice: checks read one by one, and deferred (the flags stay on the
+    device for a window of ops, as on a GPU)."""
+    monkeypatch.setenv("NANGUARD_DEFERRED", "1" if request.param == "deferred" else "0")
+
+
 def _find(fn) -> nanguard.Finding:
     with pytest.raises(NonFiniteError) as info:
         fn()

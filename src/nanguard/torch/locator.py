@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import os
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,27 @@ skip_dir(torch.__path__[0])
 _META_KEY = "nanguard"
 _SEQ = itertools.count()
 _aten = torch.ops.aten
+
+
+_WINDOW = 64
+
+
+@dataclass
+class _Deferred:
+    """One op whose finiteness flags are still on the device."""
+
+    func: Any
+    info: Any
+    args: Any
+    kwargs: dict[str, Any]
+    outs: list[torch.Tensor]
+    mutated: list[torch.Tensor]
+    pre: torch.Tensor | None
+    pre_stats: dict[int, Any]
+    flags: torch.Tensor
+    phase: str
+    node: Any
+    where: Any
 
 
 @dataclass
@@ -232,6 +254,11 @@ class Locator(TorchDispatchMode):
         self._params: dict[int, str] = {}
         self._params_for: set[int] = set()
         self.in_optimizer = 0
+        # deferred checks (flags on the device, one sync per window): always for CUDA tensors;
+        # NANGUARD_DEFERRED=1 forces them on the CPU too (tests of the GPU path)
+        self.force_deferred = os.environ.get("NANGUARD_DEFERRED", "") == "1"
+        self._window: list[_Deferred] = []
+        self._deferred_where: Any = None
         self.fast_optimizer = True
         self._opt_fast: tuple[Any, list[torch.Tensor], dict[Any, dict[str, Any]]] | None = None
         self.post_backward = False
@@ -315,6 +342,8 @@ class Locator(TorchDispatchMode):
     def _where(self) -> tuple[str | None, str | None, Any]:
         """(module path, module type, SourceLocation) of the op running now — cheap: the text
         of the source line is only read when a finding needs it."""
+        if self._deferred_where is not None:
+            return self._deferred_where
         path, typ = self.modules.current()
         loc = self.source_override
         if loc is None:
@@ -341,7 +370,10 @@ class Locator(TorchDispatchMode):
             self._flush_pending()
         info = _schema(func)
         recs = self.recs
-        tracked = bool(recs) and any(t in recs for t in _flat(args))
+        flat_args = _flat(args)
+        tracked = bool(recs) and any(t in recs for t in flat_args)
+        defer = self.force_deferred or any(t.is_cuda for t in flat_args)
+        pre_flags: torch.Tensor | None = None
 
         # in-place ops overwrite their input: look at it before the op runs
         pre_bad: dict[int, bool] = {}
@@ -354,10 +386,13 @@ class Locator(TorchDispatchMode):
             for k in info.mutated_kw:
                 if k in kwargs:
                     mutated.extend(t for t in _flat(kwargs[k]) if checkable(t))
+            if not info.safe and defer and mutated:
+                pre_flags = torch.stack([torch.isfinite(t).all() for t in mutated])
             if not info.safe:
                 for t in mutated:
                     if t not in recs:
-                        pre_bad[id(t)] = not is_finite(t)
+                        if not defer:
+                            pre_bad[id(t)] = not is_finite(t)
                         if info.canonical in _UNARY_SINGULAR and t.numel() <= 1 << 22:
                             # what the op overwrites is what explains it (log_ of zeros): keep a
                             # copy; statistics are computed only if the result is not finite
@@ -400,9 +435,22 @@ class Locator(TorchDispatchMode):
                         self.producers[t] = (info.name, parent[0])
                     break
 
-        if info.safe and not tracked and not kwargs and not _nonfinite_scalar(args):
+        if info.safe and not tracked and not defer and not kwargs and not _nonfinite_scalar(args):
             # cannot make a non-finite value from finite inputs (views, relu, softmax, ...);
             # a non-finite input from outside is classified where it is first used for arithmetic
+            return out
+
+        if defer:
+            # no host synchronisation per op: the flags stay on the device until a sink (the
+            # loss, the gradients, an optimizer step) or 64 ops later, then one sync for all
+            phase, node = self._phase(args)
+            self._window.append(_Deferred(
+                func, info, args, kwargs, outs, mutated, pre_flags, pre_stats,
+                torch.stack([torch.isfinite(t).all() for t in outs]), phase, node,
+                self._where() if node is None else None,
+            ))
+            if len(self._window) >= _WINDOW:
+                self.flush()
             return out
 
         bad = [t for t in outs if not is_finite(t)]
@@ -416,6 +464,38 @@ class Locator(TorchDispatchMode):
         self._on_nonfinite(func, info, args, kwargs, bad, mutated, pre_bad, pre_stats, phase, node, info.name)
         return out
 
+    def flush(self) -> None:
+        """Read the device-side flags of the deferred ops (one sync) and process the bad ones
+        in order, exactly as if they had been checked one by one."""
+        window, self._window = self._window, []
+        if not window:
+            return
+        flags = torch.cat([e.flags.reshape(-1) for e in window]).tolist()
+        pres = [e.pre.tolist() if e.pre is not None else None for e in window if e.pre is not None]
+        k = 0
+        pi = 0
+        for e in window:
+            ok = flags[k : k + len(e.outs)]
+            k += len(e.outs)
+            pre_ok = None
+            if e.pre is not None:
+                pre_ok = pres[pi]
+                pi += 1
+            bad = [t for t, good in zip(e.outs, ok) if not good]
+            if not bad:
+                for t in e.mutated:
+                    self.recs.pop(t, None)
+                continue
+            pre_bad = {}
+            if pre_ok is not None:
+                pre_bad = {id(t): not good for t, good in zip(e.mutated, pre_ok)}
+            self._deferred_where = e.where
+            try:
+                self._on_nonfinite(e.func, e.info, e.args, e.kwargs, bad, e.mutated, pre_bad,
+                                   e.pre_stats, e.phase, e.node, e.info.name)
+            finally:
+                self._deferred_where = None
+
     # --- the optimizer step ---------------------------------------------------------------------
     def optimizer_pre(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Global optimizer pre-step hook while tracing.
@@ -425,6 +505,7 @@ class Locator(TorchDispatchMode):
         follows it (:meth:`optimizer_post`). Only when that check fails is the step undone and
         run again op by op, to name the op that made the weights non-finite.
         """
+        self.flush()
         self.in_optimizer += 1
         # torch passes the bound call's positional args, the optimizer itself first
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
@@ -462,6 +543,7 @@ class Locator(TorchDispatchMode):
         self.post_backward = False
         fast = self._opt_fast
         if fast is None or fast[0] is not opt:
+            self.flush()
             return
         self._opt_fast = None
         params = [p for g in opt.param_groups for p in g["params"]]
@@ -734,6 +816,7 @@ class Locator(TorchDispatchMode):
 
     def check_roots(self, roots: Sequence[torch.Tensor]) -> None:
         """Before a backward pass: is the loss (the root) already non-finite?"""
+        self.flush()
         self._flush_pending()
         for r in roots:
             if isinstance(r, torch.Tensor) and checkable(r) and not is_finite(r):
@@ -744,6 +827,7 @@ class Locator(TorchDispatchMode):
 
     def check_grads(self, leaves: Sequence[torch.Tensor], grads: Sequence[Any] | None = None) -> None:
         """After a backward pass: did a non-finite value reach a gradient?"""
+        self.flush()
         items: list[tuple[torch.Tensor, torch.Tensor]] = []
         if grads is not None:
             items = [(leaf, g) for leaf, g in zip(leaves, grads) if isinstance(g, torch.Tensor)]
@@ -919,6 +1003,7 @@ def locate(model: nn.Module | None = None, *, step: int | None = None) -> Iterat
     try:
         with loc:
             yield loc
+            loc.flush()
     finally:
         bh.remove()
         oh.remove()

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# GPU check: the overhead benchmark on CUDA at larger sizes, and the locator tests on CUDA.
+# One script, under 10 minutes, installs nothing from the network: it assumes a Python with a
+# CUDA build of PyTorch (run it from the repository root; set PYTHON to choose the interpreter).
+#
+#   bash benchmarks/gpu_check.sh            # prints one table (markdown) and the test summary
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+
+"$PYTHON" - <<'PY'
+import torch, sys
+if not torch.cuda.is_available():
+    sys.exit("gpu_check.sh: torch.cuda.is_available() is False — run this on a machine with a GPU")
+print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+PY
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+date -u +"# %Y-%m-%d %H:%M UTC"
+
+# the locator tests with their models on the GPU (NANGUARD_TEST_DEVICE is read by tests/conftest.py)
+NANGUARD_TEST_DEVICE=cuda timeout 240 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_locate.py tests/test_guard.py 2>&1 | tail -5 || true
+
+# the overhead table at the larger sizes, on CUDA
+timeout 300 "$PYTHON" benchmarks/overhead.py --device cuda --repeats 5 --no-memory
