@@ -237,3 +237,36 @@ def test_misuse_gets_clear_errors() -> None:
         g.detach()
     g.detach()  # twice is fine
     nanguard.attach(model, opt).detach()  # and attaching again after detach works
+
+
+def test_clip_grad_norm_swallowing_an_overflow_is_reported() -> None:
+    """The total norm overflows, clip scales every gradient by 0: the returned inf is the trace."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        for step in range(3):
+            opt.zero_grad()
+            (F.mse_loss(model(x), y) * (1e25 if step == 2 else 1.0)).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+    f, d = info.value.finding, info.value.diagnosis
+    assert f.step == 2 and f.op in ("aten._foreach_norm.Scalar", "aten.linalg_vector_norm.default")
+    assert "clip_grad_norm_" in (f.reached or "") and d.cause is Cause.EXPLODING_GRADIENTS
+
+
+def test_clip_with_infinite_max_norm_is_not_a_finding() -> None:
+    """max_norm=inf makes a harmless transient +inf inside torch: never reported."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with nanguard.attach(model, opt) as guard:
+        for _ in range(3):
+            opt.zero_grad()
+            F.mse_loss(model(torch.randn(8, 8)), torch.zeros(8, 1)).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+            opt.step()
+    assert guard.findings == []
+    with nanguard.locate(model):
+        F.mse_loss(model(torch.randn(8, 8)), torch.zeros(8, 1)).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+        opt.step()

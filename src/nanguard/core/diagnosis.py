@@ -390,7 +390,36 @@ def diagnose(
             fixes = ["remove the assignment of nan, or write a finite value"]
         return Diagnosis(Cause.UNSAFE_OP, 0.8, f"an explicit {const} in your code reached the training", ev, fixes)
 
-    # 4. the optimizer step -----------------------------------------------------------------------
+    # 4. clip_grad_norm_ swallowed an overflow: the gradients' norm itself overflowed -----------
+    if "clip_grad_norm_" in str(f.details.get("sink", "")):
+        ev = [
+            f"`{op}` {_where(f)} overflowed: the total gradient norm is {f.what}",
+            "clip_grad_norm_ then scaled every gradient by 0: the update was silently zero "
+            "and its returned norm was the only trace",
+        ]
+        gg = h.growth("grad_norm", 8)
+        if gg and gg[2] >= 2:
+            ev.append(f"grad norm over the last steps: {_g(gg[0])} → {_g(gg[1])} ({_g(gg[2])}x)")
+        big = max((s.absmax or 0.0 for s in f.inputs), default=0.0)
+        if big:
+            ev.append(f"single gradient entries reached {_g(big)}")
+        lr = ctx.lr
+        fixes = [
+            "torch.nn.utils.clip_grad_value_(model.parameters(), clip_value=1.0)"
+            "  # element-wise first: no norm to overflow",
+            "check what scales the loss this much (a loss summed instead of averaged, a loss scale, "
+            "an unnormalised target)",
+        ]
+        if lr:
+            fixes.append(
+                f"optimizer = torch.optim.{ctx.optimizer or 'SGD'}(model.parameters(), lr={_nice_lr(lr / 4)})"
+            )
+        return Diagnosis(
+            Cause.EXPLODING_GRADIENTS, 0.85, "the gradient norm overflowed inside clip_grad_norm_",
+            ev, fixes,
+        )
+
+    # 5. the optimizer step -----------------------------------------------------------------------
     if f.phase == "optimizer":
         ev = []
         gn = h.series("grad_norm", 1)
@@ -435,7 +464,7 @@ def diagnose(
             _lr_fixes(ctx, h),
         )
 
-    # 5. low precision -----------------------------------------------------------------------------
+    # 6. low precision -----------------------------------------------------------------------------
     dtype = f.dtype or ""
     if dtype in _LOW_PRECISION and (f.posinf or f.neginf or f.nan):
         f32 = f.details.get("float32_absmax")
@@ -457,7 +486,7 @@ def diagnose(
                 Cause.LOW_PRECISION_OVERFLOW, 0.9, f"{dtype} overflow in `{op}`", ev, fixes
             )
 
-    # 6. an op met its singularity --------------------------------------------------------------
+    # 7. an op met its singularity --------------------------------------------------------------
     sing = _singularity(f)
     if sing is not None:
         what, why, fixes = sing
@@ -469,7 +498,7 @@ def diagnose(
             ev.append("also: " + trend)
         return Diagnosis(Cause.UNSAFE_OP, 0.9, what, ev, fixes)
 
-    # 7. an overflow of ordinary arithmetic: which of init / LR / gradients ----------------------
+    # 8. an overflow of ordinary arithmetic: which of init / LR / gradients ----------------------
     return _overflow(f, h, ctx, op)
 
 

@@ -114,6 +114,17 @@ def _scaler_step(orig: Callable[..., Any]) -> Callable[..., Any]:
 _steps_seen: dict[int, int] = {}
 
 
+def _clip(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def clip_grad_norm_(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
+        out = orig(parameters, max_norm, *args, **kwargs)
+        for g in list(_guards):
+            g.clip_called(out, max_norm)
+        return out
+
+    return clip_grad_norm_
+
+
 def _count_step(opt: Any, args: Any, kwargs: Any) -> None:
     _steps_seen[id(opt)] = _steps_seen.get(id(opt), 0) + 1
 
@@ -133,10 +144,19 @@ def register_guard(guard: Any) -> None:
             (grad_scaler.GradScaler, "__init__", _scaler_init),
             (grad_scaler.GradScaler, "step", _scaler_step),
         ]
+        import torch.nn.utils as nn_utils
+        from torch.nn.utils import clip_grad as clip_mod
+
         for owner, name, wrap in targets:
             orig = owner.__dict__[name]
             _saved_g.append((owner, name, orig))
             setattr(owner, name, wrap(orig))
+        # torch.nn.utils.clip_grad_norm_ returns the only trace of an overflowing gradient norm
+        orig_clip = clip_mod.clip_grad_norm_
+        wrapped = _clip(orig_clip)
+        for owner in (nn_utils, clip_mod):
+            _saved_g.append((owner, "clip_grad_norm_", getattr(owner, "clip_grad_norm_")))
+            setattr(owner, "clip_grad_norm_", wrapped)
         _count_handle = register_optimizer_step_pre_hook(_count_step)
     _guards.append(guard)
 

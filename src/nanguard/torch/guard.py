@@ -39,7 +39,7 @@ from . import _autograd, _dist, _patches
 from ._modules import ModuleStack
 from ._modules import unwrap as _unwrap
 from ._recorder import StepRecorder
-from ._stats import all_finite, counts
+from ._stats import all_finite, checkable, counts
 from .locator import graph_leaves
 from .replay import replay
 from .snapshot import SCALERS, SCHEDULERS, Snapshotter, floating_buffers
@@ -135,6 +135,8 @@ class Guard(_autograd.BackwardListener):
         self._scaler_skips = 0
         self._in_opt_step = False
         self._params_due = False
+        self._clip_norms: list[torch.Tensor] = []
+        self._sinks: list[Any] = []
 
     # --- counters (optax / accelerate names) -----------------------------------------------------
     @property
@@ -354,7 +356,7 @@ class Guard(_autograd.BackwardListener):
         # with policy "raise" the weights the previous update left are checked here, in the same
         # fused check as the gradients: one host synchronisation per step
         due = self._params_due
-        chk, pchk = check([p.grad for p in params], self._losses, params if due else ())
+        chk, pchk = check([p.grad for p in params], [*self._losses, *self._clip_norms], params if due else ())
         opt_failure: tuple[Finding, Diagnosis] | None = None
         if pchk is not None:
             self._params_due = False
@@ -428,6 +430,17 @@ class Guard(_autograd.BackwardListener):
             self.recorder.new_step()
         if not self.recorder.paused and not self.modules.depth:
             self.recorder.tape_on()
+
+    def clip_called(self, total_norm: Any, max_norm: float) -> None:
+        """After ``torch.nn.utils.clip_grad_norm_``: when the total norm overflowed, every gradient
+        was scaled by 0 and the returned inf is the only trace — it joins the step's check."""
+        if isinstance(max_norm, (int, float)) and math.isfinite(max_norm):
+            self.clip_norm = float(max_norm)
+        if isinstance(total_norm, torch.Tensor) and checkable(total_norm):
+            self._clip_norms.append(total_norm.detach())
+            ref = self.recorder._made.get(total_norm)
+            if ref is not None:
+                self._sinks.append((ref, "total gradient norm that clip_grad_norm_ returned"))
 
     def scaler_step(self, scaler: Any, optimizer: torch.optim.Optimizer, stepped: bool) -> None:
         """Called after ``GradScaler.step``: its own skipped steps are not failures, unless the
@@ -555,6 +568,8 @@ class Guard(_autograd.BackwardListener):
     def _end_step(self) -> None:
         self.step += 1
         self._losses = []
+        self._clip_norms = []
+        self._sinks = []
         self._pending = None
         self.recorder.new_step()
         for fn in self.on_step_end:
@@ -588,7 +603,8 @@ class Guard(_autograd.BackwardListener):
         extra: dict[str, Any] = {}
         if self.replay_enabled and self.recorder.events:
             finding, extra = replay(
-                self.recorder.events, model=self.model, modules=self.modules, step=self.step
+                self.recorder.events, model=self.model, modules=self.modules, step=self.step,
+                sinks=self._sinks,
             )
         if finding is None:
             finding = self._watch_finding(chk, params)

@@ -95,9 +95,12 @@ def replay(
     model: nn.Module | None,
     modules: ModuleStack,
     step: int | None,
+    sinks: Sequence[tuple[Ref, str]] = (),
 ) -> tuple[Finding | None, dict[str, Any]]:
     """Re-run ``events`` under a recording :class:`Locator`; return its first finding.
 
+    ``sinks`` are further values that must stay finite, made by recorded events (e.g. the total
+    norm that ``clip_grad_norm_`` returned), with a description for the finding.
     The second value holds side evidence for the diagnosis: ``activation_scale`` (max |x| at the
     output of each module, in call order) and ``complete`` (whether every event could be re-run).
     """
@@ -145,6 +148,12 @@ def replay(
                     # recorded whether a non-finite input was why; nothing after it can run
                     complete = bool(loc.findings)
                     break
+                for ref, what in sinks:
+                    t = values.made.get(ref)
+                    if ref.event == i and t is not None and checkable(t) and not bool(torch.isfinite(t).all()):
+                        origin = loc.origin_of(t)
+                        if origin is not None:
+                            loc._reached(origin, what, sink=what)
                 if loc.findings:
                     break
     finally:
