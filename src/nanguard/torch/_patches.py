@@ -155,8 +155,8 @@ def register_guard(guard: Any) -> None:
         orig_clip = clip_mod.clip_grad_norm_
         wrapped = _clip(orig_clip)
         for owner in (nn_utils, clip_mod):
-            _saved_g.append((owner, "clip_grad_norm_", getattr(owner, "clip_grad_norm_")))
-            setattr(owner, "clip_grad_norm_", wrapped)
+            _saved_g.append((owner, "clip_grad_norm_", owner.clip_grad_norm_))
+            owner.clip_grad_norm_ = wrapped
         _count_handle = register_optimizer_step_pre_hook(_count_step)
     _guards.append(guard)
 
