@@ -149,8 +149,17 @@ def _singularity(f: Finding) -> tuple[str, str, list[str]] | None:
     where = _where(f)
     torch = f.framework != "keras"
 
-    def zeros(s: TensorStats | None) -> bool:
-        return s is not None and s.zeros > 0
+    dmax = {"float16": 65504.0, "bfloat16": 3.39e38, "float64": 1.8e308}.get(f.dtype or "", 3.4e38)
+
+    def zeros(s: TensorStats | None, num: TensorStats | None = None) -> bool:
+        """Zeros — or values so close to 0 that dividing by them overflows the dtype."""
+        if s is None:
+            return False
+        if s.zeros > 0:
+            return True
+        tiny = s.smallest_abs_nonzero
+        big = (num.absmax if num is not None and num.absmax else 1.0)
+        return tiny is not None and tiny > 0 and big / tiny > dmax
 
     def neg(s: TensorStats | None) -> bool:
         return s is not None and s.negatives > 0
@@ -195,17 +204,20 @@ def _singularity(f: Finding) -> tuple[str, str, list[str]] | None:
             return (
                 f"`log1p` of a value <= -1 {where}",
                 f"the input of `log1p` reached {_g(x.min)}",
-                ["torch.log1p(x.clamp_min(-1 + 1e-6))"],
+                ["torch.log1p(x.clamp_min(-1 + 1e-6))" if torch else "keras.ops.log1p(keras.ops.maximum(x, -1 + 1e-6))"],
             )
         if op in ("div", "reciprocal", "fmod", "remainder", "addcdiv"):
             den = x if op == "reciprocal" else (f.inputs[2] if op == "addcdiv" and len(f.inputs) > 2 else d)
             num = None if op == "reciprocal" else (f.inputs[1] if op == "addcdiv" else x)
-            if zeros(den) or f.scalars.get("other") == 0:
+            if zeros(den, num) or f.scalars.get("other") == 0:
                 assert den is not None or f.scalars.get("other") == 0
                 n = den.zeros if den is not None else 1
                 tot = den.numel if den is not None else 1
                 both = num is not None and num.zeros > 0 and f.nan > 0
                 kind = "0/0 = nan" if both else "x/0 = inf"
+                if den is not None and not den.zeros and den.smallest_abs_nonzero:
+                    kind = f"values as small as {_g(den.smallest_abs_nonzero)}: the quotient overflowed"
+                    n = den.numel
                 fixes = []
                 if "std" in prod or "var" in prod or "sqrt" in prod:
                     fixes.append("x = (x - mean) / (std + 1e-5)  # or use nn.LayerNorm / nn.BatchNorm")
@@ -225,13 +237,14 @@ def _singularity(f: Finding) -> tuple[str, str, list[str]] | None:
                 return (
                     f"`{op}` of a negative number {where}",
                     f"{held(x, 'negatives')}: sqrt(x<0) = nan",
-                    ["torch.sqrt(x.clamp_min(0) + 1e-12)"],
+                    ["torch.sqrt(x.clamp_min(0) + 1e-12)" if torch else "keras.ops.sqrt(keras.ops.maximum(x, 0) + 1e-12)"],
                 )
         if op == "rsqrt" and (zeros(x) or neg(x)):
             return (
                 f"`rsqrt` of 0 or a negative number {where}",
                 held(x, "zeros" if zeros(x) else "negatives"),
-                ["torch.rsqrt(x + 1e-5)  # the eps of a normalization layer"],
+                ["torch.rsqrt(x + 1e-5)  # the eps of a normalization layer" if torch
+                 else "keras.ops.rsqrt(x + 1e-5)  # the epsilon of a normalization layer"],
             )
         if op == "pow" and zeros(x):
             expo = f.scalars.get("exponent")
@@ -245,7 +258,8 @@ def _singularity(f: Finding) -> tuple[str, str, list[str]] | None:
             return (
                 f"`{op}` outside its domain [-1, 1] {where}",
                 f"the input of `{op}` reached {_g(x.absmax)} in magnitude",
-                [f"torch.{op}(x.clamp(-1 + 1e-7, 1 - 1e-7))"],
+                [f"torch.{op}(x.clamp(-1 + 1e-7, 1 - 1e-7))" if torch
+                 else f"tf.math.{op}(tf.clip_by_value(x, -1 + 1e-7, 1 - 1e-7))"],
             )
         if op in ("exp", "exp2", "expm1", "cosh", "sinh") and (f.posinf or f.nan):
             lim = _LOG_MAX.get(f.dtype or "float32", 88.72)
@@ -257,6 +271,12 @@ def _singularity(f: Finding) -> tuple[str, str, list[str]] | None:
                         "torch.logsumexp(x, dim=...)  # instead of torch.log(torch.exp(x).sum(...))",
                         "F.softplus(x)  # instead of torch.log(1 + torch.exp(x))",
                         "torch.exp(x.clamp(max=80.0))",
+                    ]
+                    if torch
+                    else [
+                        "keras.ops.logsumexp(x, axis=...)  # instead of log(sum(exp(x)))",
+                        "keras.ops.softplus(x)  # instead of log(1 + exp(x))",
+                        "keras.ops.exp(keras.ops.minimum(x, 80.0))",
                     ],
                 )
         if op in ("var", "std", "var_mean", "std_mean", "mean") and f.nan and x is not None and x.numel <= 1:
@@ -269,12 +289,12 @@ def _singularity(f: Finding) -> tuple[str, str, list[str]] | None:
             return (
                 f"`xlogy` of a non-positive number {where}",
                 "the log argument held zeros or negatives",
-                ["torch.xlogy(x, y.clamp_min(1e-12))"],
+                ["torch.xlogy(x, y.clamp_min(1e-12))" if torch else "tf.math.xlogy(x, tf.maximum(y, 1e-12))"],
             )
         return None
 
     # --- backward: the forward op's derivative has the singularity -----------------------------
-    if fwd in ("sqrt", "norm", "linalg_vector_norm") and (zeros(d) or zeros(x)):
+    if fwd in ("sqrt", "norm", "linalg_vector_norm") and (zeros(d, x) or zeros(x)):
         return (
             f"the backward of `{fwd}` divided by zero {where}",
             f"{fwd}(x) was 0 in the forward pass (finite there), and its derivative "
@@ -282,6 +302,11 @@ def _singularity(f: Finding) -> tuple[str, str, list[str]] | None:
             [
                 "torch.sqrt(x + 1e-12)  # keep the argument away from 0",
                 "torch.sqrt((v ** 2).sum(-1) + 1e-12)  # a norm that is safe at 0",
+            ]
+            if torch
+            else [
+                "keras.ops.sqrt(x + 1e-12)  # keep the argument away from 0",
+                "keras.ops.sqrt(keras.ops.sum(keras.ops.square(v), axis=-1) + 1e-12)  # a norm safe at 0",
             ],
         )
     if fwd == "pow" and (zeros(x) or zeros(d)):
@@ -290,13 +315,19 @@ def _singularity(f: Finding) -> tuple[str, str, list[str]] | None:
             "the base was 0 and the exponent below 1, so the derivative p·x^(p-1) is infinite",
             ["x.clamp_min(1e-12).pow(p)"],
         )
-    if fwd in ("log", "log2", "log10") and (zeros(d) or zeros(x)):
+    if fwd in ("log", "log2", "log10") and (zeros(d, x) or zeros(x)):
+        tiny = d.smallest_abs_nonzero if d is not None else None
+        what_held = (
+            "held zeros" if d is None or d.zeros or not tiny
+            else f"held values as small as {_g(tiny)}"
+        )
         return (
             f"the backward of `log` at 0 {where}",
-            "the input of log held zeros, so the derivative 1/x is infinite",
-            ["torch.log(x.clamp_min(1e-12))", "logp = F.log_softmax(logits, dim=-1)"],
+            f"the input of log {what_held}, so the derivative 1/x overflowed",
+            ["torch.log(x.clamp_min(1e-12))", "logp = F.log_softmax(logits, dim=-1)"] if torch
+            else ["keras.ops.log(keras.ops.maximum(x, 1e-12))", "logp = keras.ops.log_softmax(logits, axis=-1)"],
         )
-    if fwd in ("div", "reciprocal") and (zeros(d) or zeros(x)):
+    if fwd in ("div", "reciprocal") and (zeros(d, x) or zeros(x)):
         return (
             f"the backward of a division by a value near zero {where}",
             "the denominator was 0 or tiny, so the derivative -x/y² overflowed",
@@ -306,7 +337,8 @@ def _singularity(f: Finding) -> tuple[str, str, list[str]] | None:
         return (
             f"the backward of `{fwd}` at ±1 {where}",
             f"the derivative of {fwd} is infinite at ±1",
-            [f"torch.{fwd}(x.clamp(-1 + 1e-7, 1 - 1e-7))"],
+            [f"torch.{fwd}(x.clamp(-1 + 1e-7, 1 - 1e-7))" if torch
+             else f"tf.math.{fwd}(tf.clip_by_value(x, -1 + 1e-7, 1 - 1e-7))"],
         )
     if fwd in ("std", "var") and (zeros(d) or zeros(x)):
         return (
@@ -373,6 +405,10 @@ def diagnose(
             "bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]\n"
             "assert not bad, f'non-finite weights: {bad}'  # right after loading",
             "model.load_state_dict(torch.load('last_good.pt', weights_only=True))  # an earlier checkpoint",
+        ] if torch else [
+            "bad = [w.path for w in model.weights if not np.isfinite(w.numpy()).all()]\n"
+            "assert not bad, f'non-finite weights: {bad}'  # right after loading",
+            "model.load_weights('last_good.weights.h5')  # an earlier checkpoint",
         ]
         return Diagnosis(
             Cause.NONFINITE_PARAMETERS, 0.9, "the weights were already non-finite", ev, fixes
@@ -383,7 +419,9 @@ def diagnose(
     if const is not None:
         ev = [f"`{op}` {_where(f)} wrote the literal {const} and it reached the {f.reached or 'loss'}"]
         fixes = [
-            "scores.masked_fill(mask, torch.finfo(scores.dtype).min)  # instead of float('-inf')",
+            "scores.masked_fill(mask, torch.finfo(scores.dtype).min)  # instead of float('-inf')"
+            if torch
+            else "keras.ops.where(mask, scores, -1e9)  # a large finite negative instead of float('-inf')",
             "make sure no row is masked entirely: softmax over only -inf is 0/0 = nan",
         ]
         if const == "nan":
@@ -421,12 +459,35 @@ def diagnose(
 
     # 5. the optimizer step -----------------------------------------------------------------------
     if f.phase == "optimizer":
+        # gradients finite but so large that the optimizer's squares overflow (Adam's exp_avg_sq)
+        big_in = max((s.absmax or 0.0 for s in f.inputs), default=0.0)
+        gnorm = f.details.get("grad_norm")
+        sq_limit = math.sqrt(_LOW_PRECISION.get(f.dtype or "", 3.4e38))
+        if f.details.get("grads_finite", True) and (
+            (op in ("addcmul", "mul", "pow", "square") and big_in > sq_limit)
+            or (isinstance(gnorm, (int, float)) and gnorm > sq_limit)
+        ):
+            ev = [
+                f"the gradients were finite but reached {_g(big_in or gnorm)}: their squares overflow "
+                f"{f.dtype or 'float32'} in `{opt}.step()` ({f.what})",
+            ]
+            state = f.details.get("optimizer_state") or []
+            if state:
+                ev.append("non-finite optimizer state: " + ", ".join(f"`{n}`" for n in state[:3]))
+            gg = h.growth("grad_norm", 32)
+            if gg and gg[2] > 10:
+                ev.append(f"grad norm grew {_g(gg[2])}x: {_g(gg[0])} → {_g(gg[1])}")
+            return Diagnosis(
+                Cause.EXPLODING_GRADIENTS, 0.85,
+                "the gradients exploded until the optimizer's second moment overflowed",
+                ev, _explode_fixes(ctx, h),
+            )
         ev = []
         gn = h.series("grad_norm", 1)
         if f.details.get("grads_finite", True):
             ev.append(
                 "all gradients were finite" + (f" (norm {_g(gn[-1])})" if gn else "")
-                + f", yet `{opt}.step()` made {f.what}"
+                + f", yet `{opt}.{'step' if torch else 'apply'}()` made {f.what}"
             )
         eps = ctx.hyper.get("eps", ctx.hyper.get("epsilon"))
         params = f.details.get("parameters") or []
@@ -447,7 +508,7 @@ def diagnose(
             return Diagnosis(
                 Cause.OPTIMIZER_STATE,
                 0.9 if zero_eps else 0.75,
-                f"`{opt}.step()` turned finite gradients into non-finite weights",
+                f"`{opt}.{'step' if torch else 'apply'}()` turned finite gradients into non-finite weights",
                 ev,
                 [fix],
             )
@@ -459,7 +520,7 @@ def diagnose(
         return Diagnosis(
             Cause.LEARNING_RATE_TOO_HIGH if (f.posinf or f.neginf) else Cause.OPTIMIZER_STATE,
             0.6,
-            f"`{opt}.step()` turned finite gradients into non-finite weights",
+            f"`{opt}.{'step' if torch else 'apply'}()` turned finite gradients into non-finite weights",
             ev,
             _lr_fixes(ctx, h),
         )
@@ -482,6 +543,13 @@ def diagnose(
                 f"model.{f.module}.float()  # run this module in float32" if f.module else "x.float()",
                 "scaler = torch.amp.GradScaler()  # for float16 gradients",
             ]
+            if not torch:
+                fixes = [
+                    'keras.mixed_precision.set_global_policy("mixed_bfloat16")  # bfloat16 has float32\'s range',
+                    f"keras.layers.{f.module_type or 'Dense'}(..., dtype='float32')  # run `{f.module}` in float32"
+                    if f.module else "keras.ops.cast(x, 'float32')",
+                    "optimizer = keras.optimizers.LossScaleOptimizer(optimizer)  # for float16 gradients",
+                ]
             return Diagnosis(
                 Cause.LOW_PRECISION_OVERFLOW, 0.9, f"{dtype} overflow in `{op}`", ev, fixes
             )
@@ -571,7 +639,9 @@ def _overflow(f: Finding, h: History, ctx: RunContext, op: str) -> Diagnosis:
             "model.apply(init)"
             if torch
             else "keras.layers.Dense(units, kernel_initializer='he_normal')",
-            "add normalization (nn.LayerNorm / nn.BatchNorm1d) between the layers",
+            "add normalization (nn.LayerNorm / nn.BatchNorm1d) between the layers"
+            if torch
+            else "add normalization (keras.layers.LayerNormalization / BatchNormalization) between the layers",
         ]
         return Diagnosis(
             Cause.BAD_INITIALIZATION, 0.85, "the initial weights make activations overflow", ev, fixes

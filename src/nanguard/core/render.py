@@ -44,7 +44,10 @@ def _rows(f: Finding) -> list[tuple[str, str]]:
         rows.append(("op", f"{f.op}  → {f.what}"))
     if f.grad_fn:
         rows.append(("autograd", f"{f.grad_fn} (backward of the forward op below)"))
-    rows.append(("module", f.where))
+    if f.phase == "data" and f.details.get("entered"):
+        rows.append(("entered", f"{f.details['entered']}: the first module that received it"))
+    else:
+        rows.append(("module", f.where))
     if f.source:
         code = f"    {f.source_code.strip()}" if f.source_code else ""
         rows.append(("source", f"{f.source}{code}"))

@@ -154,9 +154,9 @@ def register_guard(guard: Any) -> None:
         # torch.nn.utils.clip_grad_norm_ returns the only trace of an overflowing gradient norm
         orig_clip = clip_mod.clip_grad_norm_
         wrapped = _clip(orig_clip)
-        for owner in (nn_utils, clip_mod):
-            _saved_g.append((owner, "clip_grad_norm_", owner.clip_grad_norm_))
-            owner.clip_grad_norm_ = wrapped
+        for mod in (nn_utils, clip_mod):
+            _saved_g.append((mod, "clip_grad_norm_", mod.clip_grad_norm_))
+            mod.clip_grad_norm_ = wrapped  # type: ignore[attr-defined]
         _count_handle = register_optimizer_step_pre_hook(_count_step)
     _guards.append(guard)
 

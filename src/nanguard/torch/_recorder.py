@@ -73,6 +73,7 @@ class TapeOp:
     source: SourceLocation | None
     rng: RngState | None = None
     n_out: int = 0
+    generator: tuple[torch.Generator, torch.Tensor] | None = None  # a user Generator and its state
 
 
 @dataclass
@@ -218,6 +219,10 @@ class StepRecorder:
                 sargs = _replace(sargs, t, t.detach().clone())
                 skw = _replace(skw, t, t.detach().clone())
         ev = TapeOp(func, sargs, skw, torch.is_grad_enabled(), user_frame(3), rng)
+        gen = kwargs.get("generator") if kwargs else None
+        if isinstance(gen, torch.Generator):
+            # torch.randint(..., generator=g): the replay must draw the same numbers from g
+            ev.generator = (gen, gen.get_state())
         idx = self._append(ev)  # before running it: an op that raises is part of the step too
         out = func(*args, **kwargs)
         if idx >= 0:

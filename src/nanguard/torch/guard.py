@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import math
+import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -40,7 +41,7 @@ from ._modules import ModuleStack
 from ._modules import unwrap as _unwrap
 from ._recorder import StepRecorder
 from ._stats import all_finite, checkable, counts
-from .locator import graph_leaves
+from .locator import Locator, graph_leaves
 from .replay import replay
 from .snapshot import SCALERS, SCHEDULERS, Snapshotter, floating_buffers
 from .watch import NormCheck, check, check_grads, check_params
@@ -134,9 +135,14 @@ class Guard(_autograd.BackwardListener):
         self._buffer_copy: list[torch.Tensor] | None = None
         self._scaler_skips = 0
         self._in_opt_step = False
-        self._params_due = False
+        self._params_due = True  # the weights are checked once before the first update too
         self._clip_norms: list[torch.Tensor] = []
         self._sinks: list[Any] = []
+        self._updated = False  # has an update been applied yet (else bad weights came in bad)
+        self._pre_copy: tuple[int, list[torch.Tensor], list[Any], dict[Any, Any]] | None = None
+        self._copy_time: float | None = None
+        self._step_times: list[float] = []
+        self._last_pre: float | None = None
 
     # --- counters (optax / accelerate names) -----------------------------------------------------
     @property
@@ -192,13 +198,14 @@ class Guard(_autograd.BackwardListener):
         """
         if not self._installed:
             return
-        if self._params_due and self._primary is not None:
+        if self._params_due and self._primary is not None and self._updated:
             self._params_due = False
-            pchk = check_params(self._opt_params(self._primary))
+            weights, wnames = self._weights(self._primary)
+            pchk = check_params(weights)
             if len(self.history):
-                self.history[-1].param_norm = pchk.norm
+                self.history[-1].param_norm = _param_norm(pchk, wnames)
             if not pchk.finite:
-                self.findings.append(self._optimizer_finding(self._primary, pchk, self.step - 1))
+                self.findings.append(self._optimizer_finding(self._primary, pchk, self.step - 1, wnames))
         self.recorder.resume_tape = False
         self.recorder.tape_off()
         _patches.unregister_recorder(self.recorder)
@@ -271,6 +278,22 @@ class Guard(_autograd.BackwardListener):
             clip_norm=self.clip_norm if self.clip_norm is not None else self.recovery.clip_norm,
             num_params=n,
         )
+
+    def _weights(self, opt: torch.optim.Optimizer) -> tuple[list[torch.Tensor], list[str]]:
+        """The weights and the optimizer's state tensors (``fc.weight:exp_avg_sq``): what an
+        update writes, and what must stay finite after it."""
+        names = self._param_names()
+        ts: list[torch.Tensor] = []
+        ns: list[str] = []
+        for p in self._opt_params(opt):
+            name = names.get(id(p), "?")
+            ts.append(p)
+            ns.append(name)
+            for k, v in opt.state.get(p, {}).items():
+                if isinstance(v, torch.Tensor) and v.numel() > 1 and checkable(v):
+                    ts.append(v)
+                    ns.append(f"{name}:{k}")
+        return ts, ns
 
     @staticmethod
     def _opt_params(opt: torch.optim.Optimizer | None) -> list[torch.Tensor]:
@@ -355,15 +378,20 @@ class Guard(_autograd.BackwardListener):
             return  # a closure-based optimizer (LBFGS) computes its gradients inside step()
         # with policy "raise" the weights the previous update left are checked here, in the same
         # fused check as the gradients: one host synchronisation per step
-        due = self._params_due
-        chk, pchk = check([p.grad for p in params], [*self._losses, *self._clip_norms], params if due else ())
+        due = self._params_due and opt is self._primary
+        weights, wnames = self._weights(opt) if due else ([], [])
+        chk, pchk = check([p.grad for p in params], [*self._losses, *self._clip_norms], weights)
         opt_failure: tuple[Finding, Diagnosis] | None = None
         if pchk is not None:
             self._params_due = False
-            if len(self.history):
-                self.history[-1].param_norm = pchk.norm
+            if len(self.history) and self._updated:
+                self.history[-1].param_norm = _param_norm(pchk, wnames)
             if not pchk.finite:
-                opt_failure = self._optimizer_finding(opt, pchk, self.step - 1)
+                opt_failure = (
+                    self._optimizer_finding(opt, pchk, self.step - 1, wnames)
+                    if self._updated
+                    else self._parameter_finding(pchk, wnames)
+                )
         if (
             not chk.finite
             and not chk.bad
@@ -382,6 +410,8 @@ class Guard(_autograd.BackwardListener):
             if opt is self._primary:
                 self._maybe_snapshot(before_update=True)
             self._apply_to_grads(params, opt)
+            if opt is self._primary:
+                self._keep_for_replay(opt, params)
             return
         if self._deferred is not None:
             # the previous step's update made the weights non-finite (found after it): act on it
@@ -409,15 +439,19 @@ class Guard(_autograd.BackwardListener):
             for p, g in self._hidden_grads:  # give the user their gradients back
                 p.grad = g
             self._hidden_grads = []
+        if opt is self._primary and not self.step_was_skipped:
+            self._updated = True
         if opt is self._primary and self.policy == "raise":
             self._params_due = True  # checked with the next step's gradients
             self._record(self._pending, None)
             self._end_step()
         elif opt is self._primary:
             params = self._opt_params(opt)
-            pchk = check_params(params)
+            weights, wnames = self._weights(opt)
+            pchk = check_params(weights)
+            pchk.norm = _param_norm(pchk, wnames)
             if not pchk.finite and not self.step_was_skipped:
-                finding, diag = self._optimizer_finding(opt, pchk, self.step)
+                finding, diag = self._optimizer_finding(opt, pchk, self.step, wnames)
                 if _dist.active():
                     self._deferred = (finding, diag)  # every rank must agree: act at the next check
                 else:
@@ -734,40 +768,144 @@ class Guard(_autograd.BackwardListener):
         )
 
     def _optimizer_finding(
-        self, opt: torch.optim.Optimizer, pchk: NormCheck, step: int
+        self, opt: torch.optim.Optimizer, pchk: NormCheck, step: int, wnames: Sequence[str]
     ) -> tuple[Finding, Diagnosis]:
-        """The weights were finite before ``step``'s update and are not after it."""
-        params = self._opt_params(opt)
-        names = self._param_names()
-        bad = [params[i] for i in pchk.bad if i < len(params)]
-        pnames = [names.get(id(p), "?") for p in bad]
-        first = bad[0] if bad else params[0]
+        """The weights (or the optimizer state) were finite before ``step``'s update and are
+        not after it. The step is replayed op by op when a copy from before it was affordable."""
+        weights, _ = self._weights(opt)
+        badn = [wnames[i] for i in pchk.bad if i < len(wnames)]
+        first = weights[pchk.bad[0]] if pchk.bad else weights[0]
         nan, pinf, ninf = counts(first)
-        loc = user_frame(2)
+        params = [n for n in badn if ":" not in n]
+        state = [n for n in badn if ":" in n]
+        grads_finite = self._pending is None or self._pending.finite
+        finding = self._replay_optimizer(opt, step)
+        if finding is None:
+            loc = user_frame(2)
+            finding = Finding(
+                phase="optimizer",
+                op=f"{type(opt).__name__}.step",
+                source=loc.short if loc else None,
+                source_code=loc.code if loc else None,
+                step=step,
+                dtype=str(first.dtype).replace("torch.", ""),
+                shape=tuple(first.shape),
+                nan=nan,
+                posinf=pinf,
+                neginf=ninf,
+                reached="parameters" if params else "optimizer state",
+                detected_by="watch",
+                details={"note": "the op inside the optimizer step was not replayed (a copy of the "
+                         "state before each step costs too much here); nanguard run --trace names it"},
+            )
+        name0 = (params or state or ["?"])[0].split(":")[0]
+        if finding.module is None:
+            finding.module = name0.rsplit(".", 1)[0] if "." in name0 else ""
+        finding.rank = _dist.rank() if _dist.active() else None
+        finding.details.setdefault("parameters", params)
+        if state:
+            finding.details["optimizer_state"] = state
+        finding.details["grads_finite"] = grads_finite
+        gn = self._pending.norm if self._pending is not None else None
+        if gn is not None:
+            finding.details["grad_norm"] = gn
+        return finding, diagnose(finding, self.history, self.context())
+
+    def _parameter_finding(self, pchk: NormCheck, wnames: Sequence[str]) -> tuple[Finding, Diagnosis]:
+        """Weights non-finite before the first update: they came in that way."""
+        weights, _ = self._weights(self._primary) if self._primary is not None else ([], [])
+        badn = [wnames[i] for i in pchk.bad if i < len(wnames)]
+        first = weights[pchk.bad[0]] if pchk.bad and weights else None
+        nan, pinf, ninf = counts(first) if first is not None else (0, 0, 0)
+        name0 = badn[0] if badn else "?"
         finding = Finding(
-            phase="optimizer",
-            op=f"{type(opt).__name__}.step",
-            module=pnames[0].rsplit(".", 1)[0] if pnames and "." in pnames[0] else "",
-            source=loc.short if loc else None,
-            source_code=loc.code if loc else None,
-            step=step,
-            dtype=str(first.dtype).replace("torch.", ""),
-            shape=tuple(first.shape),
+            phase="forward",
+            op="parameter",
+            module=name0.rsplit(".", 1)[0] if "." in name0 else "",
+            step=self.step,
+            dtype=str(first.dtype).replace("torch.", "") if first is not None else None,
+            shape=tuple(first.shape) if first is not None else (),
             nan=nan,
             posinf=pinf,
             neginf=ninf,
             reached="parameters",
             detected_by="watch",
             rank=_dist.rank() if _dist.active() else None,
-            details={
-                "parameters": pnames,
-                "grads_finite": self._pending is None or self._pending.finite,
-                "state": _state_summary(opt, bad[:1]),
-                "note": "the op inside the optimizer step is not replayed; "
-                "nanguard run --trace names it",
-            },
+            details={"origin": "parameter", "parameters": badn,
+                     "note": "found before the first update: the weights came in non-finite"},
         )
         return finding, diagnose(finding, self.history, self.context())
+
+    # --- replaying an optimizer step ------------------------------------------------------------
+    def _keep_for_replay(self, opt: torch.optim.Optimizer, params: Sequence[torch.Tensor]) -> None:
+        """Before a healthy update: keep a copy of weights, gradients and state when it costs
+        under 5 % of a step (always for models under 16 MB of them until a step time is known), so
+        an update that makes the weights non-finite can be replayed op by op."""
+        now = time.perf_counter()
+        if self._last_pre is not None:
+            self._step_times.append(now - self._last_pre)
+            del self._step_times[:-20]
+        self._last_pre = now
+        states = [v for p in params for v in opt.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
+        nbytes = sum(t.numel() * t.element_size() for t in [*params, *states]) * 2
+        if self._step_times and self._copy_time is not None:
+            step_time = sorted(self._step_times)[len(self._step_times) // 2]
+            if self._copy_time > 0.05 * step_time:
+                self._pre_copy = None
+                return
+        elif nbytes > 16 << 20:
+            self._pre_copy = None
+            return
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            self._pre_copy = (
+                self.step,
+                [p.detach().clone() for p in params],
+                [None if p.grad is None else p.grad.detach().clone() for p in params],
+                {p: {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in opt.state[p].items()}
+                 for p in params if p in opt.state},
+            )
+        self._copy_time = time.perf_counter() - t0
+
+    def _replay_optimizer(self, opt: torch.optim.Optimizer, step: int) -> Finding | None:
+        """Run ``step``'s update again from the copy made before it, under the locator, then put
+        everything back as it is now. ``None`` when no copy was kept."""
+        copy = self._pre_copy
+        raw = getattr(type(opt).step, "__wrapped__", None)
+        if copy is None or copy[0] != step or raw is None:
+            return None
+        _, pclones, gclones, sclones = copy
+        params = self._opt_params(opt)
+        with torch.no_grad():
+            now_p = [p.detach().clone() for p in params]
+            now_s = {p: dict(opt.state[p]) for p in params if p in opt.state}
+        now_g = [p.grad for p in params]
+        loc = Locator(self.model, modules=self.modules, on_sink="record", step=step, detected_by="replay")
+        try:
+            with torch.no_grad():
+                for p, c, g in zip(params, pclones, gclones):
+                    p.copy_(c)
+                    p.grad = None if g is None else g.clone()
+                for p in params:
+                    opt.state.pop(p, None)
+                for p, st in sclones.items():
+                    opt.state[p] = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in st.items()}
+            loc.in_optimizer = 1
+            loc.fast_optimizer = False
+            with loc:
+                raw(opt)
+        except Exception:  # a replay is evidence, never a new failure
+            return None
+        finally:
+            with torch.no_grad():
+                for p, c, g in zip(params, now_p, now_g):
+                    p.copy_(c)
+                    p.grad = g
+                for p in params:
+                    opt.state.pop(p, None)
+                for p, st in now_s.items():
+                    opt.state[p] = st
+        return loc.findings[0] if loc.findings else None
 
     def report(self) -> str:
         """A plain-text summary: steps, recoveries and every finding with its diagnosis."""
@@ -780,6 +918,15 @@ class Guard(_autograd.BackwardListener):
         lines = [head] + [f"  step {r['step']}: {r['description']} ({r['reason']})" for r in self.recoveries]
         body = [format_finding(f, d) for f, d in self.findings]
         return "\n\n".join(["\n".join(lines), *body])
+
+
+def _param_norm(chk: NormCheck, names: Sequence[str]) -> float | None:
+    """The weights' 2-norm from a check over weights and optimizer state."""
+    vals = [v for v, n in zip(chk.per_tensor, names) if ":" not in n]
+    if not vals:
+        return chk.norm
+    sq = math.fsum(v * v for v in vals)
+    return math.sqrt(sq) if math.isfinite(sq) else float("inf")
 
 
 def _scale(scaler: Any) -> float:

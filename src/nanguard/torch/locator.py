@@ -698,11 +698,13 @@ class Locator(TorchDispatchMode):
             return Origin(f)
         path, typ = self.modules.current()
         loc = self.source_override or self.call_source or user_frame(4, self.frame_stop)
+        details: dict[str, Any] = {"origin": "data", "samples": bad_samples(t)}
+        if path is not None:
+            details["entered"] = f"{path} ({typ})" if path else f"{typ} (top-level module)"
         f = Finding(
             phase="data",
             op="input",
-            module=path,
-            module_type=typ,
+            module=None,  # the batch was not made by a module; where it entered is in details
             source=loc.short if loc else None,
             source_code=loc.code if loc else None,
             step=self.step,
@@ -712,7 +714,7 @@ class Locator(TorchDispatchMode):
             posinf=pinf,
             neginf=ninf,
             detected_by=self.detected_by,
-            details={"origin": "data", "samples": bad_samples(t)},
+            details=details,
         )
         return Origin(f, deliberate=t.numel() <= 1)
 
@@ -757,6 +759,11 @@ class Locator(TorchDispatchMode):
                     deliberate = True
         grad_fn = node.name() if node is not None else None
         details: dict[str, Any] = {}
+        if deliberate:
+            # made from an explicit inf/nan argument (masked_fill(mask, -inf), full(..., nan))
+            details["constant"] = next(
+                str(v) for v in scalars.values() if isinstance(v, float) and not math.isfinite(v)
+            )
         if producers:
             details["input_producers"] = producers[:4]
         pnames: list[str] = []

@@ -28,9 +28,10 @@ __all__ = ["replay"]
 
 
 @contextlib.contextmanager
-def _preserved(modules: Sequence[nn.Module]) -> Iterator[None]:
-    """Put buffers, training flags and the RNG back the way they were."""
+def _preserved(modules: Sequence[nn.Module], generators: Sequence[torch.Generator] = ()) -> Iterator[None]:
+    """Put buffers, the RNG and the user's own generators back the way they were."""
     rng = RngState.capture()
+    gens = [(g, g.get_state()) for g in generators]
     saved: list[tuple[torch.Tensor, torch.Tensor]] = []
     seen: set[int] = set()
     for m in modules:
@@ -46,6 +47,8 @@ def _preserved(modules: Sequence[nn.Module]) -> Iterator[None]:
                 if b.shape == v.shape:
                     b.copy_(v)
         rng.restore()
+        for g, st in gens:
+            g.set_state(st)
 
 
 class _Values:
@@ -131,7 +134,9 @@ def replay(
     grad_fn = _autograd.original_grad()
     stack.install()
     try:
-        with _preserved(roots), loc:
+        gens = list({id(ev.generator[0]): ev.generator[0] for ev in events
+                     if isinstance(ev, TapeOp) and ev.generator is not None}.values())
+        with _preserved(roots, gens), loc:
             for i, ev in enumerate(events):
                 try:
                     if isinstance(ev, TapeOp):
@@ -182,6 +187,8 @@ def _run_op(ev: TapeOp, i: int, values: _Values, loc: Locator, produced: set[int
             return
     if ev.rng is not None:
         ev.rng.restore()
+    if ev.generator is not None:
+        ev.generator[0].set_state(ev.generator[1])
     loc.source_override = ev.source
     try:
         with torch.set_grad_enabled(ev.grad_enabled):
