@@ -805,8 +805,11 @@ class Guard(_autograd.BackwardListener):
         finding.details.setdefault("parameters", params)
         if state:
             finding.details["optimizer_state"] = state
+        rec = next((r for r in reversed(self.history.last(3)) if r.step == step), None)
+        if rec is not None:  # checked after the update: the step's record holds its gradients
+            grads_finite = rec.finite
         finding.details["grads_finite"] = grads_finite
-        gn = self._pending.norm if self._pending is not None else None
+        gn = rec.grad_norm if rec is not None else (self._pending.norm if self._pending else None)
         if gn is not None:
             finding.details["grad_norm"] = gn
         return finding, diagnose(finding, self.history, self.context())
