@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import time
 import weakref
 from collections.abc import Sequence
@@ -139,6 +140,8 @@ class Guard(_autograd.BackwardListener):
         self._clip_norms: list[torch.Tensor] = []
         self._sinks: list[Any] = []
         self._updated = False  # has an update been applied yet (else bad weights came in bad)
+        self.verify = os.environ.get("NANGUARD_VERIFY", "") == "1"
+        self.violations: list[dict[str, Any]] = []
         self._pre_copy: tuple[int, list[torch.Tensor], list[Any], dict[Any, Any]] | None = None
         self._copy_time: float | None = None
         self._step_times: list[float] = []
@@ -362,6 +365,10 @@ class Guard(_autograd.BackwardListener):
         self._in_opt_step = True
         if self._primary is None:
             self._primary = opt
+            # a snapshot taken while backward() was the step marker lists graph leaves, in graph
+            # order: from now on the optimizer's parameters are what is restored
+            self.snapshots.last = None
+            self._buffer_copy = None
             if self._ended_by_backward:
                 # the first step was counted at backward() before an optimizer was seen: this
                 # optimizer step belongs to it
@@ -462,8 +469,18 @@ class Guard(_autograd.BackwardListener):
             self._end_step()
         else:
             self.recorder.new_step()
+        if self.verify and opt is self._primary and self.policy != "raise":
+            self._verify(opt)
         if not self.recorder.paused and not self.modules.depth:
             self.recorder.tape_on()
+
+    def _verify(self, opt: torch.optim.Optimizer) -> None:
+        """``NANGUARD_VERIFY=1``: after every step, check the guarantee of ``skip``/``recover`` —
+        no weight and no optimizer state holds a non-finite value — and log any breach."""
+        weights, names = self._weights(opt)
+        bad = [n for t, n in zip(weights, names) if not bool(torch.isfinite(t).all())]
+        if bad and self._updated:
+            self.violations.append({"step": self.step - 1, "tensors": bad[:8]})
 
     def clip_called(self, total_norm: Any, max_norm: float) -> None:
         """After ``torch.nn.utils.clip_grad_norm_``: when the total norm overflowed, every gradient

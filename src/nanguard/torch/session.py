@@ -54,6 +54,7 @@ class TorchSession:
             loc.__enter__()
 
     def uninstall(self) -> None:
+        self.notes.extend(self.uninstall_notes())
         if self._locator is not None:
             from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -85,6 +86,15 @@ class TorchSession:
     @property
     def recoveries(self) -> list[dict[str, Any]]:
         return list(getattr(self.guard, "recoveries", []))
+
+    def uninstall_notes(self) -> list[str]:
+        """Notes for the run log, gathered at the end (guarantee checks under NANGUARD_VERIFY)."""
+        if not self.guard.verify:
+            return []
+        if not self.guard.violations:
+            return ["verify: weights and optimizer state stayed finite after every step"]
+        return [f"verify: non-finite after step {v['step']}: {', '.join(v['tensors'])}"
+                for v in self.guard.violations]
 
     def complete(self, err: NonFiniteError) -> NonFiniteError:
         """Fill in what a tracer's error lacks (step, diagnosis) and remember it."""
