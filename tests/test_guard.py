@@ -270,3 +270,28 @@ def test_clip_with_infinite_max_norm_is_not_a_finding() -> None:
         F.mse_loss(model(torch.randn(8, 8)), torch.zeros(8, 1)).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
         opt.step()
+
+
+def test_keyword_arguments_of_the_model_call_are_replayed() -> None:
+    """model(**batch), as Hugging Face models are called: the replay needs those inputs too."""
+
+    class KwModel(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+
+        def forward(self, input_ids: torch.Tensor | None = None, scale: float = 1.0) -> torch.Tensor:
+            assert input_ids is not None
+            return self.fc(input_ids) * scale
+
+    model = KwModel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 4)
+    x[3, 1] = float("nan")
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        opt.zero_grad()
+        model(input_ids=x, scale=2.0).sum().backward()
+        opt.step()
+    f = info.value.finding
+    assert f.detected_by == "replay" and f.phase == "data"
+    assert f.details["samples"] == [{"index": 3, "kind": "NaN", "features": [1]}]

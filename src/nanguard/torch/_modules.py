@@ -6,6 +6,7 @@ model can still be pickled with ``torch.save(model)`` while nanguard is attached
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,25 @@ __all__ = ["ModuleStack", "module_names", "param_names"]
 _compiling = torch.compiler.is_compiling
 
 _NAMES: weakref.WeakKeyDictionary[nn.Module, dict[int, str]] = weakref.WeakKeyDictionary()
+
+
+def _call_kwargs(mod: nn.Module) -> dict[str, Any]:
+    """The keyword arguments of the module call that is running our global pre-hook.
+
+    torch gives global forward pre-hooks only ``(module, args)``; ``model(**batch)`` — how every
+    Hugging Face model is called — would lose its inputs. They are in the frame of
+    ``Module._call_impl`` (its ``inner`` closure) that called the hook.
+    """
+    f = sys._getframe(2)
+    for _ in range(4):
+        if f is None:
+            break
+        loc = f.f_locals
+        kw = loc.get("kwargs")
+        if isinstance(kw, dict) and (loc.get("self") is mod or f.f_code.co_name == "inner"):
+            return dict(kw)
+        f = f.f_back
+    return {}
 
 
 def unwrap(m: nn.Module) -> nn.Module:
@@ -102,7 +122,7 @@ class ModuleStack:
         if not self.stack:
             self.roots_seen.add(mod)
             if self.on_root_enter is not None:
-                self.on_root_enter(mod, args, {})
+                self.on_root_enter(mod, args, _call_kwargs(mod))
         self.stack.append(mod)
         if self.on_enter is not None:
             self.on_enter(mod)
