@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ def _call_kwargs(mod: nn.Module) -> dict[str, Any]:
     Hugging Face model is called — would lose its inputs. They are in the frame of
     ``Module._call_impl`` (its ``inner`` closure) that called the hook.
     """
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     for _ in range(4):
         if f is None:
             break
