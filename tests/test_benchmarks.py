@@ -1,0 +1,27 @@
+"""The benchmarks run (smoke runs with tiny sizes). Timing is never asserted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_overhead_benchmark_runs_and_prints_its_tables() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(
+        [sys.executable, "benchmarks/overhead.py", "--quick", "--repeats", "1", "--steps", "2", "--no-memory"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "| model | size | plain ms/step | watch | trace | detect_anomaly |" in out
+    for model in ("MLP", "CNN+BN", "Transformer", "LSTM"):
+        assert f"| {model} | S |" in out
+    assert "replay: failure → finding, in plain steps" in out
