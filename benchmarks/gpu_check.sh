@@ -19,8 +19,8 @@ PY
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 date -u +"# %Y-%m-%d %H:%M UTC"
 
-# the locator tests with their models on the GPU (NANGUARD_TEST_DEVICE is read by tests/conftest.py)
-NANGUARD_TEST_DEVICE=cuda timeout 240 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_locate.py tests/test_guard.py 2>&1 | tail -5 || true
+# the locator's key cases on the GPU (flags stay on the device; one sync per window of ops)
+timeout 120 "$PYTHON" benchmarks/gpu_locate.py --device cuda || true
 
 # the overhead table at the larger sizes, on CUDA
 timeout 300 "$PYTHON" benchmarks/overhead.py --device cuda --repeats 5 --no-memory
