@@ -18,6 +18,7 @@ from ._version import __version__
 from .core import Cause, Diagnosis, Finding, GiveUpError, NonFiniteError, diagnose
 
 if TYPE_CHECKING:
+    from .datascan import scan
     from .torch.guard import Guard, attach
     from .torch.locator import locate
 
@@ -32,6 +33,7 @@ __all__ = [
     "attach",
     "diagnose",
     "locate",
+    "scan",
 ]
 
 
@@ -45,4 +47,8 @@ def __getattr__(name: str) -> Any:
         from .torch import guard
 
         return getattr(guard, name)
+    if name == "scan":  # numpy only; pyarrow / torch when the data needs them
+        from .datascan import scan
+
+        return scan
     raise AttributeError(f"module 'nanguard' has no attribute {name!r}")

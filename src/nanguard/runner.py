@@ -59,6 +59,8 @@ class RunOptions:
     report_path: str | None = None
     trace: bool = False
     guard_kwargs: dict[str, Any] = field(default_factory=dict)
+    tensorboard_dir: str | None = None  # per-step scalars and events for TensorBoard
+    live: bool | None = None  # live status line; None: only when stderr is a terminal
 
 
 # ----------------------------------------------------------------------------------------------
@@ -138,6 +140,9 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
 
     log = RunLog(script=script, argv=list(args), started=time.time())
     sessions: list[Session] = []
+    from .cli._live import make_observers
+
+    observers = make_observers(opts.tensorboard_dir, opts.live)
 
     def install_torch() -> None:
         from .torch.session import TorchSession
@@ -145,10 +150,16 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
         s = TorchSession(policy=opts.policy, trace=opts.trace, **opts.guard_kwargs)
         s.install()
         sessions.append(s)
+        for o in observers:
+            o.watch(s)
 
-    def install_keras() -> None:
+    def install_keras(just_imported: str = "") -> None:
         if any(s.framework == "keras" for s in sessions):
             return
+        for name in ("tensorflow", "keras"):
+            spec = getattr(sys.modules.get(name), "__spec__", None)
+            if name != just_imported and getattr(spec, "_initializing", False):
+                return  # one imports the other: install once both have finished importing
         try:
             from .keras.session import KerasSession
         except ImportError:  # the Keras adapter needs keras 3 + tensorflow
@@ -156,16 +167,19 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
         s = KerasSession(policy=opts.policy, trace=opts.trace, **opts.guard_kwargs)
         s.install()
         sessions.append(s)
+        for o in observers:
+            o.watch(s)
 
     hooks: dict[str, Callable[[], None]] = {}
     if "torch" in sys.modules:
         install_torch()
     else:
         hooks["torch"] = install_torch
-    if "keras" in sys.modules:
+    if "keras" in sys.modules or "tensorflow" in sys.modules:
         install_keras()
-    else:
-        hooks["keras"] = install_keras
+    else:  # a script may import either first (tensorflow imports keras 3 itself)
+        hooks["keras"] = lambda: install_keras("keras")
+        hooks["tensorflow"] = lambda: install_keras("tensorflow")
     finder = _PostImport(hooks)
     sys.meta_path.insert(0, finder)
 
@@ -229,19 +243,22 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
         if signal.getsignal(signal.SIGTERM) is _term:
             signal.signal(signal.SIGTERM, old_term)
         log.duration_s = time.perf_counter() - t0
-        for s in sessions:
+        # a session that saw training steps speaks for the run (both frameworks may be imported)
+        for s in sorted(sessions, key=lambda s: bool(s.steps or s.events)):
             log.framework = s.framework
             log.steps = max(log.steps, s.steps)
             log.history = s.history
             log.events.extend(s.events)
             log.recoveries.extend(s.recoveries)
+            s.uninstall()  # may add notes (the guarantee check under NANGUARD_VERIFY)
             log.notes.extend(s.notes)
-            s.uninstall()
         if log.status == "ok" and log.recoveries:
             log.status = "recovered"
         elif log.status == "ok" and log.events:
             log.status = "recovered"  # skipped steps: met non-finite values, finished anyway
         log.exit_code = status
+        for o in observers:
+            o.close(log)  # the live line goes before the finding is printed
         if err_to_print is not None:
             sys.stdout.flush()
             _print_finding(err_to_print, sys.stderr)

@@ -15,7 +15,9 @@ __all__ = ["main"]
 COMMANDS = {
     "demo": "demo",
     "env": "env",
+    "report": "report",
     "run": "run",
+    "scan": "scan",
 }
 
 

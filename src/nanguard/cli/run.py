@@ -28,6 +28,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", metavar="PATH", help="write the run log (schema 1) to PATH")
     p.add_argument("--report", metavar="PATH", help="write a self-contained HTML report to PATH")
     p.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="write per-step scalars (loss, gradient norm, lr, update ratio) and events to DIR "
+        "for TensorBoard",
+    )
+    p.add_argument(
         "--trace",
         action="store_true",
         help="check every op (slower): for code that never calls an optimizer or backward()",
@@ -45,5 +51,12 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"nanguard run: {exc}", file=sys.stderr)
         return 2
-    opts = RunOptions(policy=policy, json_path=args.json, report_path=args.report, trace=args.trace)
-    return run_script(args.script, args.args, opts)
+    opts = RunOptions(
+        policy=policy, json_path=args.json, report_path=args.report, trace=args.trace,
+        tensorboard_dir=args.tensorboard,
+    )
+    try:
+        return run_script(args.script, args.args, opts)
+    except ImportError as exc:  # an optional part (--tensorboard) is not installed
+        print(f"nanguard run: {exc}", file=sys.stderr)
+        return 2

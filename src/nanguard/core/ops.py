@@ -99,6 +99,7 @@ def update_norm_estimate(
 
 _SUFFIX = re.compile(r"Backward\d*$")
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+_TF_GRAD = re.compile(r"_?([A-Z][A-Za-z0-9]*?)Grad")
 
 
 def canonical_op(op: str | None) -> str:
@@ -114,6 +115,8 @@ def canonical_op(op: str | None) -> str:
     low = name.lower()
     if low in _TF_NAMES and name[:1].isupper():
         return _TF_NAMES[low]
+    if len(parts) == 1 and name[:1].isupper():
+        return _CAMEL.sub("_", name).lower()  # another TF op type: Acos -> acos, Sigmoid -> sigmoid
     if name.startswith("_foreach_"):
         name = name[len("_foreach_") :]
     name = name.rstrip("_")
@@ -132,9 +135,13 @@ def canonical_op(op: str | None) -> str:
 
 
 def forward_op_of_grad_fn(grad_fn: str | None) -> str | None:
-    """``SqrtBackward0`` → ``sqrt``; ``LinalgVectorNormBackward0`` → ``linalg_vector_norm``."""
+    """``SqrtBackward0`` → ``sqrt``; ``LinalgVectorNormBackward0`` → ``linalg_vector_norm``;
+    TensorFlow's ``_SqrtGrad`` → ``Sqrt``."""
     if not grad_fn:
         return None
+    tf_grad = _TF_GRAD.fullmatch(grad_fn)
+    if tf_grad:  # a TensorFlow gradient function: _SqrtGrad -> Sqrt (canonical_op maps TF names)
+        return tf_grad.group(1)
     base = _SUFFIX.sub("", grad_fn.split("::")[-1])
     if not base:
         return None

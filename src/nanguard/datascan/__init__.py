@@ -1,0 +1,211 @@
+"""Find what turns into NaN/Inf before training starts: ``nanguard.scan(obj)`` / ``nanguard scan``.
+
+Run it on the data *before* a run (or when a finding says ``nonfinite-input``). It finds
+
+* NaN and ±Inf values;
+* empty or missing cells and nulls — they become NaN when the data turns into a float tensor;
+* cells of a numeric column that are not numbers;
+* finite values beyond the float16 range (``|x| > 65504``), which overflow under ``fp16``
+  autocast or ``.half()``;
+
+in CSV/TSV, Parquet, NPY/NPZ, ``.pt``/``.pth`` and safetensors files, in numpy arrays, torch
+tensors, pyarrow tables and pandas data frames, and in a ``torch.utils.data.Dataset`` or
+``DataLoader``. It counts them per column (or feature, tensor, field) and lists the first bad rows.
+
+Files are streamed in chunks of ``chunk_bytes`` (default 32 MiB): the extra memory a scan needs
+is a few times that (about 4×, ~130 MB at the default) whatever the file size — except NPZ
+members and ``.pt`` files in the legacy (non-zip) format, see ``docs/scan.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ._check import Collector
+from ._result import FLOAT16_MAX, BadCell, BadRow, ColumnStats, ScanReport, format_report
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "FLOAT16_MAX",
+    "SUFFIXES",
+    "BadCell",
+    "BadRow",
+    "ColumnStats",
+    "ScanReport",
+    "format_report",
+    "scan",
+]
+
+#: bytes of raw data read per chunk: the bound on a scan's working memory (a few times this)
+DEFAULT_CHUNK_BYTES = 16 << 20
+
+#: file suffixes ``scan`` reads, and the format each means
+SUFFIXES = {
+    ".csv": "csv", ".tsv": "csv", ".tab": "csv", ".csv.gz": "csv", ".tsv.gz": "csv",
+    ".csv.bz2": "csv", ".csv.zst": "csv",
+    ".parquet": "parquet", ".pq": "parquet",
+    ".npy": "npy", ".npz": "npz",
+    ".pt": "pt", ".pth": "pt",
+    ".safetensors": "safetensors",
+}
+
+
+def file_format(path: str) -> str | None:
+    """The format of ``path`` from its suffix (``"csv"``, ``"parquet"``, ...), or ``None``."""
+    low = path.lower()
+    for suffix in sorted(SUFFIXES, key=len, reverse=True):
+        if low.endswith(suffix):
+            return SUFFIXES[suffix]
+    return None
+
+
+def scan(
+    obj: Any,
+    *,
+    max_rows: int = 10,
+    fp16: bool = True,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    progress: bool = False,
+    format: str | None = None,
+    max_samples: int | None = None,
+) -> ScanReport:
+    """Scan a file, an array/tensor/table, or a dataset for values that become NaN/Inf.
+
+    ``obj``: a path (CSV/TSV, Parquet, NPY, NPZ, ``.pt``/``.pth``, safetensors — by suffix, or
+    ``format=``), a numpy array, a torch tensor, a dict of arrays/tensors, a ``pyarrow.Table``,
+    a pandas ``DataFrame``, a ``torch.utils.data.Dataset`` or ``DataLoader``.
+
+    Returns a :class:`ScanReport`: ``report.found`` is true when anything was found (``fp16``:
+    whether values beyond float16 count), ``report.columns`` holds counts per column or tensor,
+    ``report.bad_rows`` the first ``max_rows`` bad rows or samples; ``print(report)`` explains it.
+    ``progress`` shows a progress bar on stderr (``nanguard scan`` does on a terminal).
+    ``max_samples`` stops a dataset scan early.
+    """
+    if chunk_bytes < 1024:
+        raise ValueError(f"chunk_bytes must be at least 1024, got {chunk_bytes}")
+    t0 = time.perf_counter()
+    if isinstance(obj, (str, os.PathLike)):
+        path = os.fspath(obj)
+        report = ScanReport(source=path, format="", chunk_bytes=chunk_bytes, fp16=fp16)
+        col = Collector(report, max_rows=max_rows, fp16=fp16)
+        _scan_path(path, format, report, col, chunk_bytes, progress)
+    else:
+        report = ScanReport(source=_describe(obj), format=type(obj).__name__,
+                            chunk_bytes=chunk_bytes, fp16=fp16)
+        col = Collector(report, max_rows=max_rows, fp16=fp16)
+        _scan_object(obj, report, col, chunk_bytes, progress, max_samples)
+    col.finish()
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _describe(obj: Any) -> str:
+    return f"<{type(obj).__name__}>"
+
+
+def _scan_path(path: str, fmt: str | None, report: ScanReport, col: Collector, chunk_bytes: int,
+               progress: bool) -> None:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no such file: {path}")
+    fmt = fmt or file_format(path)
+    if fmt == "csv":
+        from ._tabular import scan_csv
+
+        scan_csv(path, report, col, chunk_bytes, progress)
+    elif fmt == "parquet":
+        from ._tabular import scan_parquet
+
+        scan_parquet(path, report, col, chunk_bytes, progress)
+    elif fmt == "npy":
+        from ._arrays import scan_npy
+
+        scan_npy(path, report, col, chunk_bytes, progress)
+    elif fmt == "npz":
+        from ._arrays import scan_npz
+
+        scan_npz(path, report, col, chunk_bytes, progress)
+    elif fmt == "pt":
+        from ._torch import scan_pt
+
+        scan_pt(path, report, col, chunk_bytes, progress)
+    elif fmt == "safetensors":
+        from ._torch import scan_safetensors
+
+        scan_safetensors(path, report, col, chunk_bytes, progress)
+    else:
+        known = ", ".join(sorted(set(SUFFIXES)))
+        raise ValueError(f"{path}: unknown data format (known suffixes: {known}); pass format=")
+
+
+def _scan_object(obj: Any, report: ScanReport, col: Collector, chunk_bytes: int, progress: bool,
+                 max_samples: int | None) -> None:
+    from ._arrays import scan_array, scan_arrays
+
+    mod = type(obj).__module__.split(".")[0]
+    if isinstance(obj, np.ndarray):
+        report.format = f"array {obj.dtype}[{', '.join(map(str, obj.shape))}]"
+        scan_array(obj, "", report, col, chunk_bytes)
+        report.unit = "row" if obj.ndim == 2 else "sample"
+        return
+    if "torch" in sys.modules:  # a torch object (or a subclass defined anywhere)
+        import torch
+        from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+        if isinstance(obj, torch.Tensor):
+            from ._torch import scan_tensor
+
+            report.unit = "sample"
+            report.format = "tensor"
+            scan_tensor(obj, "tensor", report, col, chunk_bytes)
+            return
+        if isinstance(obj, (DataLoader, Dataset, IterableDataset)):
+            from ._torch import scan_dataset
+
+            scan_dataset(obj, report, col, progress, max_samples)
+            return
+    if mod == "pandas":
+        import pyarrow as pa
+
+        from ._tabular import scan_table
+
+        scan_table(pa.Table.from_pandas(obj, preserve_index=False), report, col, chunk_bytes)
+        return
+    if mod == "pyarrow":
+        from ._tabular import scan_table
+
+        scan_table(obj, report, col, chunk_bytes)
+        return
+    if isinstance(obj, Mapping):
+        torch_mod = sys.modules.get("torch")
+        if torch_mod is not None and any(isinstance(v, torch_mod.Tensor) for v in obj.values()):
+            from ._torch import scan_tensor
+
+            report.unit = "sample"
+            for k, v in obj.items():
+                scan_tensor(v, str(k), report, col, chunk_bytes)
+            return
+        scan_arrays(obj, report, col, chunk_bytes)
+        return
+    if hasattr(obj, "__getitem__") and hasattr(obj, "__len__") and _torch_available():
+        from ._torch import scan_dataset
+
+        scan_dataset(obj, report, col, progress, max_samples)  # a map-style dataset by duck type
+        return
+    raise TypeError(
+        f"nanguard.scan: cannot scan a {type(obj).__name__}; pass a path, an array or tensor, a "
+        "dict of them, a pyarrow Table, a pandas DataFrame, a Dataset or a DataLoader"
+    )
+
+
+def _torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,391 @@
+"""PyTorch Lightning: ``Trainer(callbacks=[NanGuardCallback()])``.
+
+Lightning runs the forward and backward pass as a *closure* inside ``optimizer.step()``, so the
+check cannot sit at the optimizer's pre-step hook (the gradients are not there yet). It runs in
+``on_before_optimizer_step`` instead — after the closure's backward (and, under ``16-mixed``,
+after Lightning unscaled the gradients), **before** Lightning's own gradient clipping and before
+the update:
+
+* one fused check of the step's loss(es) and all gradients (``nanguard.torch.watch``); the step's
+  scalars go to a :class:`~nanguard.core.history.History`;
+* with ``torch.distributed``, one all-reduce so every rank takes the same decision;
+* on a non-finite value: the step's ``training_step`` is run again on the same batch, RNG state
+  and (not yet updated) weights under :func:`nanguard.locate`, which names the op that made it;
+  the core diagnoses the cause, and the policy acts: ``raise`` (the default) raises
+  :class:`~nanguard.NonFiniteError` with the update not applied; ``skip`` drops the update;
+  ``recover`` drops a poisoned batch, or rolls back to the last snapshot and backs off the
+  learning rate / switches on clipping, as :func:`nanguard.attach` does.
+
+Under ``16-mixed`` a non-finite gradient with a finite loss is the GradScaler's business (it skips
+the step and lowers its scale): it is recorded, not reported. After the update
+(``on_train_batch_end``) the weights are checked once more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+try:
+    import lightning.pytorch as pl
+except ImportError:  # the older package name
+    try:
+        import pytorch_lightning as pl  # type: ignore[no-redef]
+    except ImportError as exc:
+        raise ImportError(
+            "nanguard.integrations.lightning needs PyTorch Lightning: "
+            "pip install 'nanguard[lightning]' (or: pip install lightning)"
+        ) from exc
+
+from ..core.config import POLICIES
+from ..core.diagnosis import Diagnosis, RunContext, diagnose
+from ..core.errors import GiveUpError, NonFiniteError
+from ..core.finding import Finding
+from ..core.history import History, StepRecord
+from ..core.ops import update_norm_estimate
+from ..core.policy import Recovery
+from ..torch import _dist
+from ..torch._recorder import RngState
+from ..torch.locator import locate
+from ..torch.snapshot import Snapshotter, floating_buffers
+from ..torch.watch import NormCheck, check_grads, check_params
+from ._common import RunRecord
+
+__all__ = ["NanGuardCallback"]
+
+
+class NanGuardCallback(pl.Callback, RunRecord):
+    """Catch the first NaN/Inf of a Lightning run at its origin; stop, skip or recover.
+
+    Args:
+        policy: ``"raise"`` (stop with :class:`~nanguard.NonFiniteError`), ``"skip"`` (drop the
+            update) or ``"recover"`` (see :func:`nanguard.attach`).
+        report_path: write the HTML report there when fitting ends (or stops on a finding).
+        json_path: write the run log (schema 1) there.
+        locate: re-run a failing step under the locator to name the op (default on).
+        snapshot_every, lr_factor, max_recoveries, max_consecutive_skips, on_unfixable: as for
+            :func:`nanguard.attach`.
+
+    Attributes: ``history``, ``findings`` (``(Finding, Diagnosis)`` pairs), ``recoveries``.
+    """
+
+    def __init__(
+        self,
+        policy: str = "raise",
+        *,
+        report_path: str | None = None,
+        json_path: str | None = None,
+        locate: bool = True,
+        snapshot_every: int = 50,
+        lr_factor: float = 0.5,
+        max_recoveries: int = 5,
+        max_consecutive_skips: int = 10,
+        on_unfixable: str = "raise",
+        history_size: int = 10_000,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"NanGuardCallback(policy={policy!r}): valid policies are {', '.join(POLICIES)}")
+        super().__init__()
+        RunRecord.__init__(self, report_path=report_path, json_path=json_path)
+        self.policy = policy
+        self.locate = locate
+        self.history = History(maxlen=history_size)
+        self.recovery = Recovery(
+            policy=policy, max_consecutive_skips=max_consecutive_skips, lr_factor=lr_factor,
+            max_recoveries=max_recoveries, on_unfixable=on_unfixable,
+        )
+        self.snapshots = Snapshotter(every=snapshot_every)
+        self.findings: list[tuple[Finding, Diagnosis]] = []
+        self._batch: Any = None
+        self._batch_idx = 0
+        self._rng: RngState | None = None
+        self._losses: list[torch.Tensor] = []
+        self._rec: StepRecord | None = None
+        self._saved_lrs: list[tuple[dict[str, Any], Any]] = []
+        self._skipped = False
+        self._names: list[str] = []
+
+    @property
+    def recoveries(self) -> list[dict[str, Any]]:
+        return self.recovery.recoveries
+
+    @property
+    def steps(self) -> int:
+        return len(self.history)
+
+    # --- Lightning hooks, in the order they run ---------------------------------------------------
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._batch, self._batch_idx = batch, batch_idx
+        if self.locate:
+            self._rng = RngState.capture()  # the replay draws the same dropout masks
+
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+        self._losses.append(loss.detach())
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        params = _params(optimizer)
+        step = trainer.global_step
+        if self.policy == "recover" and self.snapshots.last is None:
+            self._snapshot(step, pl_module, optimizer, trainer)
+        chk = check_grads(params, self._losses)
+        losses = self._losses
+        self._losses = []
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        if not chk.finite and scaler is not None and losses and \
+                all(bool(torch.isfinite(x).all()) for x in losses):
+            # 16-mixed: the loss scale overflowed; the scaler skips this step and lowers it
+            self._record(step, chk, optimizer, event="scaler-skip")
+            return
+        ok, bad_ranks = _dist.agree(chk.finite, params)
+        self._record(step, chk, optimizer)
+        if ok:
+            self.recovery.healthy_step()
+            self._apply_backoff(params, optimizer)
+            return
+        finding = self._locate(trainer, pl_module, chk, params, step) if not chk.finite or not bad_ranks \
+            else None
+        diag = diagnose(finding, self.history, self._context(trainer, optimizer)) if finding else None
+        if _dist.active():
+            finding, diag = _dist.share(finding, diag, bad_ranks)
+        assert finding is not None and diag is not None
+        self._act(finding, diag, params, optimizer, trainer, pl_module)
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        for group, lr in self._saved_lrs:
+            group["lr"] = lr  # a back-off is a factor applied at each step, never stored
+        self._saved_lrs = []
+        self._batch = None
+        rec, self._rec = self._rec, None
+        if rec is None or self._skipped:
+            self._skipped = False
+            return
+        opts = trainer.optimizers
+        params = [p for o in opts for p in _params(o)]
+        pchk = check_params(params)
+        rec.param_norm = pchk.norm
+        if pchk.finite:
+            if self.policy == "recover" and self.snapshots.due(trainer.global_step):
+                self._snapshot(trainer.global_step, pl_module, opts[0], trainer)
+            return
+        # the update itself made the weights non-finite (Adam eps=0, ...)
+        rec.finite = False
+        names = self._param_names(pl_module, params)
+        bad = [names[i] for i in pchk.bad if i < len(names)]
+        finding = Finding(
+            phase="optimizer", op=f"{type(opts[0]).__name__}.step",
+            module=bad[0].rsplit(".", 1)[0] if bad and "." in bad[0] else "",
+            step=rec.step, reached="parameters", detected_by="watch",
+            rank=_dist.rank() if _dist.active() else None,
+            details={"parameters": bad, "grads_finite": True},
+        )
+        diag = diagnose(finding, self.history, self._context(trainer, opts[0]))
+        self._act(finding, diag, params, opts[0], trainer, pl_module, after_update=True)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self.write_outputs(status="recovered" if self.findings else "ok")
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if trainer.is_global_zero:
+            status = "nonfinite" if isinstance(exception, NonFiniteError) else "error"
+            self.write_outputs(status=status, error=None if status == "nonfinite" else repr(exception))
+
+    # --- the parts -----------------------------------------------------------------------------------
+    def _record(self, step: int, chk: NormCheck, opt: torch.optim.Optimizer, event: str | None = None) -> None:
+        lr = opt.param_groups[0].get("lr") if opt.param_groups else None
+        lr = float(lr) * self.recovery.lr_scale if isinstance(lr, (int, float)) else None
+        n = sum(p.numel() for p in _params(opt))
+        rec = StepRecord(
+            step=step,
+            loss=sum(chk.losses) / len(chk.losses) if chk.losses else None,
+            grad_norm=chk.norm,
+            lr=lr,
+            update_norm=update_norm_estimate(type(opt).__name__, lr, chk.norm, n),
+            finite=chk.finite,
+            skipped=event is not None,
+            event=event,
+        )
+        if chk.per_tensor:
+            rec.layer_values = list(chk.per_tensor)
+            params = _params(opt)
+            names = self._names if len(self._names) == len(params) else [f"param{i}" for i in range(len(params))]
+            rec.layer_names = [names[i] for i in chk.index]
+        self.history.append(rec)
+        self._rec = rec
+
+    def _param_names(self, pl_module: pl.LightningModule, params: Sequence[torch.Tensor]) -> list[str]:
+        by_id = {id(p): n for n, p in pl_module.named_parameters()}
+        return [by_id.get(id(p), f"param{i}") for i, p in enumerate(params)]
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.optimizers:
+            self._names = self._param_names(pl_module, _params(trainer.optimizers[0]))
+
+    def _context(self, trainer: pl.Trainer, opt: torch.optim.Optimizer) -> RunContext:
+        g = opt.param_groups[0] if opt.param_groups else {}
+        hyper: dict[str, Any] = {k: g[k] for k in ("lr", "eps", "momentum", "weight_decay", "betas")
+                                 if k in g}
+        if isinstance(hyper.get("lr"), (int, float)):
+            hyper["lr"] = float(hyper["lr"]) * self.recovery.lr_scale
+        clip = trainer.gradient_clip_val if trainer.gradient_clip_algorithm in (None, "norm") else None
+        return RunContext(
+            framework="torch", optimizer=type(opt).__name__, hyper=hyper,
+            clip_norm=float(clip) if clip else self.recovery.clip_norm,
+            num_params=sum(p.numel() for p in _params(opt)) or None,
+        )
+
+    def _locate(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, chk: NormCheck,
+        params: Sequence[torch.Tensor], step: int,
+    ) -> Finding:
+        """Run this step's ``training_step`` again under the locator (same batch, RNG state and
+        weights; buffers and the RNG are restored afterwards, ``self.log`` is muted)."""
+        finding: Finding | None = None
+        # manual optimization steps the optimizer inside training_step: never run it twice
+        if self.locate and self._batch is not None and pl_module.automatic_optimization:
+            finding = self._replay(trainer, pl_module, params, step)
+        if finding is None:
+            names = self._param_names(pl_module, params)
+            bad = [names[i] for i in chk.bad if i < len(names)]
+            finding = Finding(
+                phase="backward" if bad else "forward", op=None,
+                module=bad[0].rsplit(".", 1)[0] if bad and "." in bad[0] else None,
+                step=step, reached="gradients" if bad else "loss", detected_by="watch",
+                details={"gradients": bad} if bad else {"losses": [str(x) for x in chk.losses]},
+            )
+            if self.locate:
+                finding.details["note"] = ("the replay of this step did not reproduce the "
+                                           "non-finite value")
+        if _dist.active():
+            finding.rank = _dist.rank()
+        return finding
+
+    def _replay(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, params: Sequence[torch.Tensor], step: int
+    ) -> Finding | None:
+        bufs = floating_buffers([pl_module])
+        saved = [b.detach().clone() for b in bufs]
+        rng_now = RngState.capture()
+        muted = {name: pl_module.__dict__.get(name) for name in ("log", "log_dict")}
+        for name in muted:
+            setattr(pl_module, name, _mute)
+        if self._rng is not None:
+            self._rng.restore()
+        ctx = getattr(trainer.precision_plugin, "train_step_context", None)
+        try:
+            with torch.enable_grad(), (ctx() if ctx else _null()), locate(pl_module, step=step):
+                out = pl_module.training_step(self._batch, self._batch_idx)
+                loss = out.get("loss") if isinstance(out, Mapping) else out
+                if not isinstance(loss, torch.Tensor):
+                    return None
+                wanted = [p for p in params if p.requires_grad]
+                torch.autograd.grad(loss, wanted, allow_unused=True)
+        except NonFiniteError as err:
+            return err.finding
+        except Exception:  # the replay is a best effort; the watch finding stands
+            return None
+        finally:
+            for name, value in muted.items():
+                if value is None:
+                    pl_module.__dict__.pop(name, None)
+                else:
+                    setattr(pl_module, name, value)
+            with torch.no_grad():
+                for b, v in zip(bufs, saved):
+                    b.copy_(v)
+            rng_now.restore()
+        return None
+
+    def _act(
+        self, finding: Finding, diag: Diagnosis, params: Sequence[torch.Tensor],
+        opt: torch.optim.Optimizer, trainer: pl.Trainer, pl_module: pl.LightningModule,
+        after_update: bool = False,
+    ) -> None:
+        self.findings.append((finding, diag))
+        eps = opt.param_groups[0].get("eps") if opt.param_groups else None
+        action = self.recovery.decide(
+            diag, finding.step or 0, _clip_from(self.history),
+            float(eps) if isinstance(eps, (int, float)) else None,
+            self.history.median_update_ratio(),
+        )
+        if not after_update:
+            for p in params:
+                p.grad = None  # this update is never applied: the optimizer skips these weights
+        self._skipped = True
+        if self._rec is not None:
+            self._rec.skipped = action.kind not in ("raise", "give_up")
+            self._rec.event = action.kind
+        if action.kind == "raise":
+            raise NonFiniteError(finding, diag)
+        details: dict[str, Any] = {"cause": diag.cause.value}
+        if action.kind == "give_up":
+            self.recovery.record(finding.step or 0, action, **details)
+            raise GiveUpError(finding, diag, reason=action.reason, attempts=self.recovery.attempts())
+        if action.kind == "drop_batch":
+            details["samples"] = [s.get("index") for s in finding.details.get("samples") or []]
+        if action.kind == "rollback" or after_update:
+            snap = self.snapshots.last
+            if snap is not None:
+                Snapshotter.restore(snap, params, floating_buffers([pl_module]), [opt],
+                                    _schedulers(trainer, opt), [])
+                details["restored_step"] = snap.step
+                details["steps_lost"] = (finding.step or 0) - snap.step
+            else:
+                details["restored_step"] = None
+        self.recovery.record(finding.step or 0, action, **details)
+
+    def _apply_backoff(self, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer) -> None:
+        clip = self.recovery.clip_norm
+        if clip is not None:  # before Lightning's own clipping, which still applies after
+            torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], clip)
+        scale = self.recovery.lr_scale
+        if scale != 1.0:
+            self._saved_lrs = [(g, g["lr"]) for g in opt.param_groups]
+            for g in opt.param_groups:
+                g["lr"] = g["lr"] * scale
+
+    def _snapshot(self, step: int, pl_module: pl.LightningModule, opt: torch.optim.Optimizer,
+                  trainer: pl.Trainer) -> None:
+        self.snapshots.take(step, _params(opt), floating_buffers([pl_module]), [opt],
+                            _schedulers(trainer, opt), [])
+
+
+def _params(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
+    inner = getattr(opt, "optimizer", opt)  # Lightning's LightningOptimizer wraps the real one
+    return [p for g in inner.param_groups for p in g["params"]]
+
+
+def _schedulers(trainer: pl.Trainer, opt: torch.optim.Optimizer) -> list[Any]:
+    out = []
+    for cfg in getattr(trainer, "lr_scheduler_configs", []) or []:
+        s = getattr(cfg, "scheduler", None)
+        if s is not None and getattr(s, "optimizer", None) is getattr(opt, "optimizer", opt):
+            out.append(s)
+    return out
+
+
+def _clip_from(h: History) -> float | None:
+    """The clipping threshold the diagnosis suggests, from the calm part of the history."""
+    from ..core.diagnosis import _clip_threshold
+
+    return _clip_threshold(h) if h.series("grad_norm", 200) else None
+
+
+def _mute(*args: Any, **kwargs: Any) -> None:
+    """``self.log`` while a step is replayed: the step was logged once already."""
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

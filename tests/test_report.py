@@ -1,0 +1,234 @@
+"""The HTML run report, the `nanguard report` command, TensorBoard output and the live status."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from nanguard.cli import main as cli_main
+from nanguard.cli._live import LiveStatus
+from nanguard.core.history import History, StepRecord
+from nanguard.core.report_html import render_report, write_report
+from nanguard.core.runlog import RunLog
+
+ROOT = Path(__file__).resolve().parents[1]
+NANGUARD = [sys.executable, "-m", "nanguard"]
+
+
+def _history(n: int = 30, bad: int | None = 20) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        rec: dict[str, Any] = {"step": i, "loss": 2.0 / (i + 1), "grad_norm": 1.0 + i,
+                               "param_norm": 10.0, "lr": 0.1, "finite": True}
+        if i == bad:
+            rec.update(loss="nan", grad_norm="inf", finite=False, skipped=True, event="rollback")
+        if i >= n - 5:
+            rec["layer_grad_norms"] = {"enc.<b>fc</b>.weight": 0.5 * i, "$x$.bias": 0.1 * i,
+                                       "_private.weight": 0.2}
+        out.append(rec)
+    return out
+
+
+def _doc(**kw: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "schema": 1, "nanguard": "0.1.0", "status": "recovered", "steps": 30,
+        "script": "train<script>.py", "argv": ["--lr", "4"], "exit_code": 0, "framework": "torch",
+        "duration_s": 1.5,
+        "events": [{
+            "step": 20, "phase": "forward", "op": "aten.log.default", "grad_fn": None,
+            "module": "encoder.<script>alert(1)</script>", "module_type": "Linear",
+            "source": "train.py:42", "source_code": "y = torch.log(x & 1)  # <b>",
+            "dtype": "float32", "shape": [4, 4], "nan": 0, "posinf": 0, "neginf": 3,
+            "reached": "loss", "cause": "unsafe-op", "confidence": 0.9,
+            "summary": "log of 0 <here>", "evidence": ["17 zeros & more"],
+            "fixes": ["y = torch.log(x.clamp_min(1e-12))  # <fix>"],
+            "inputs": [{"name": "self", "dtype": "float32", "shape": [4, 4], "numel": 16,
+                        "zeros": 3}],
+            "scalars": {}, "details": {},
+        }],
+        "recoveries": [{"step": 20, "action": "rollback", "reason": "lr", "description":
+                        "rollback + learning rate ×0.5", "cause": "unsafe-op", "restored_step": 10},
+                       {"step": 25, "action": "skip", "reason": "policy 'skip'",
+                        "description": "skip"}],
+        "error": None, "notes": ["a note <i>"], "history": _history(),
+    }
+    doc.update(kw)
+    return doc
+
+
+def _assert_offline(html: str) -> None:
+    """No fetch of anything: no src/href to a URL, no CSS import or url(), no external font."""
+    assert not re.search(r"<script[^>]*\bsrc\s*=", html)
+    assert not re.search(r"<link\b", html)
+    assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//", html)
+    assert "@import" not in html
+    assert not re.search(r"url\(\s*[\"']?(https?:)?//", html)
+
+
+def test_report_has_finding_plots_and_marks() -> None:
+    html = render_report(_doc())
+    for pid in ("plot-loss", "plot-grad-norm", "plot-layer-grad-norms", "plot-lr", "plot-ratio"):
+        assert f"id='{pid}'" in html
+    assert html.count("<svg") == 5
+    assert "aten.log.default" in html and "unsafe-op" in html and "train.py:42" in html
+    assert "first non-finite (step 20)" in html  # the mark's legend, as SVG text
+    assert "rollback (to step 10)" in html
+    assert "skipped step" in html
+    assert "rollback + learning rate ×0.5" in html
+    assert "class='copy'" in html and "torch.log(x.clamp_min(1e-12))" in html
+    _assert_offline(html)
+
+
+def test_everything_from_the_run_is_escaped() -> None:
+    html = render_report(_doc())
+    assert "<script>alert(1)</script>" not in html
+    assert "encoder.&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "x &amp; 1" in html and "&lt;fix&gt;" in html and "&lt;here&gt;" in html
+    assert "train&lt;script&gt;.py" in html and "a note &lt;i&gt;" in html
+    # layer names reach matplotlib: escaped as SVG text, `$` kept literal (no mathtext)
+    assert "enc.&lt;b&gt;fc&lt;/b&gt;.weight" in html and "<b>fc</b>" not in html
+    assert "$x$.bias" in html
+    assert "_private.weight" in html  # a leading underscore does not hide a legend entry
+    # the only script is the inline copy-button handler
+    assert html.count("<script") == 1
+
+
+def test_healthy_and_empty_runs() -> None:
+    healthy = render_report(_doc(status="ok", events=[], recoveries=[],
+                                 history=_history(bad=None)))
+    assert "30 steps, no non-finite value." in healthy and ">healthy<" in healthy
+    assert "first non-finite" not in healthy
+    empty = render_report(_doc(status="error", events=[], recoveries=[], history=[],
+                               error="RuntimeError: boom <x>"))
+    assert "No steps were recorded." in empty and "boom &lt;x&gt;" in empty
+    assert "<svg" not in empty
+
+
+def test_write_report_from_a_runlog_object_of_the_seed_demo(tmp_path: Path) -> None:
+    import nanguard
+    from nanguard.demos import seed_torch
+
+    with pytest.raises(nanguard.NonFiniteError) as info:
+        seed_torch.train(seed_torch.LR)
+    err = info.value
+    hist = History()
+    for i, (loss, g) in enumerate([(9.96, 5.4), (1.8e4, 1.3e4), (9.2e5, 1.7e6), (2e30, 8e26)]):
+        hist.append(StepRecord(step=i, loss=loss, grad_norm=g, param_norm=22.5 * 10**i, lr=4.0))
+    log = RunLog(status="nonfinite", steps=4, script="seed.py", events=[(err.finding, err.diagnosis)],
+                 history=hist, exit_code=3)
+    out = tmp_path / "sub" / "report.html"
+    write_report(log, str(out))
+    html = out.read_text()
+    assert "aten.addmm.default" in html and "fc2 (Linear)" in html
+    assert "learning-rate-too-high" in html and "stopped on a non-finite value" in html
+    assert oct(out.stat().st_mode & 0o777) != oct(0o600)  # as any file the user writes
+
+
+def test_report_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps(_doc()))
+    assert cli_main(["report", str(src), "-o", str(tmp_path / "out.html")]) == 0
+    assert "<svg" in (tmp_path / "out.html").read_text()
+    assert cli_main(["report", str(src)]) == 0  # default: next to the run log
+    assert (tmp_path / "run.html").exists()
+    assert cli_main(["report", str(tmp_path / "missing.json")]) == 2
+    (tmp_path / "bad.json").write_text(json.dumps({"schema": 99}))
+    assert cli_main(["report", str(tmp_path / "bad.json")]) == 2
+    assert "schema" in capsys.readouterr().err
+
+
+def test_nanguard_run_writes_report_json_and_tensorboard(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    script = tmp_path / "seed.py"
+    script.write_text("from nanguard.demos.seed_torch import train\ntrain(4.0)\n")
+    report, runlog, tb = tmp_path / "r.html", tmp_path / "r.json", tmp_path / "tb"
+    proc = subprocess.run(
+        [*NANGUARD, "run", "--report", str(report), "--json", str(runlog), "--tensorboard",
+         str(tb), str(script)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert proc.returncode == 3, proc.stderr
+    html = report.read_text()
+    assert "aten.addmm.default" in html and html.count("<svg") >= 4
+    assert json.loads(runlog.read_text())["status"] == "nonfinite"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(tb))
+    ea.Reload()
+    tags = ea.Tags()
+    assert {"nanguard/loss", "nanguard/grad_norm", "nanguard/lr"} <= set(tags["scalars"])
+    steps = [e.step for e in ea.Scalars("nanguard/loss")]
+    assert sorted(set(steps)) == [0, 1, 2, 3]  # step 0 may be written twice (redone)
+    assert "nanguard/finding/text_summary" in tags["tensors"]
+
+
+def test_report_without_matplotlib_names_the_extra(tmp_path: Path) -> None:
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["matplotlib"] = None          # as if it were not installed
+        import nanguard                           # still imports
+        from nanguard.core.report_html import write_report
+        try:
+            write_report({{"status": "ok", "history": []}}, {str(tmp_path / 'x.html')!r})
+        except ImportError as exc:
+            print("ERR", exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "ERR" in out.stdout and "nanguard[report]" in out.stdout, out.stderr
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class _FakeGuard:
+    def __init__(self) -> None:
+        self.step = 1234
+        self.history = History()
+        self.history.append(StepRecord(step=1233, loss=0.5312))
+        self.recoveries = [{"action": "rollback"}, {"action": "skip"}, {"action": "drop_batch"}]
+        self.on_step_end: list[Any] = []
+
+
+def test_live_status_only_on_a_terminal() -> None:
+    assert not LiveStatus(io.StringIO()).enabled
+    assert LiveStatus.line(_FakeGuard(), 12.3) == (
+        "nanguard ▸ step 1,234 · loss 0.5312 · 2 skipped · 1 rollback · 12 s"
+    )
+    tty = _Tty()
+    live = LiveStatus(tty, delay=0.0, interval=0.0)
+    assert live.enabled
+    g = _FakeGuard()
+
+    class _Session:
+        guard = g
+
+    live.watch(_Session())
+    for fn in g.on_step_end:
+        fn()
+    live.close()
+    assert "step 1,234" in tty.getvalue()
+
+
+def test_live_status_can_be_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NANGUARD_LIVE", "0")
+    assert not LiveStatus(_Tty()).enabled
+
+
+def test_report_file_is_written_atomically(tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    write_report(_doc(), str(out))
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".nanguard-")]
+    assert out.read_text().startswith("<!DOCTYPE html>")

@@ -1,0 +1,96 @@
+"""The labelled scenarios of ``benchmarks/scenarios`` under ``nanguard run``, end to end.
+
+Each scenario is an unmodified PyTorch training script whose first line is its label (cause,
+phase, op, module, or healthy). The tests go through the same code as
+``benchmarks/diagnose.py``: a fast subset (one scenario per cause id and two healthy controls) on
+every run, and the whole suite as a slow test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+_DIAGNOSE = Path(__file__).resolve().parent.parent / "benchmarks" / "diagnose.py"
+_spec = importlib.util.spec_from_file_location("nanguard_bench_diagnose", _DIAGNOSE)
+assert _spec is not None and _spec.loader is not None
+diagnose = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = diagnose
+_spec.loader.exec_module(diagnose)
+
+#: one scenario per cause id, plus two healthy controls; each runs in a few seconds
+FAST = (
+    "input_csv_empty_cell",
+    "unsafe_log_sigmoid_bce",
+    "explode_convrnn_long_clip",
+    "lr_sgd_lr10_mlp",
+    "init_rnn_normal_std1",
+    "fp16_half_mlp_raw_counts",
+    "optim_adam_eps0_dead_feature_mlp",
+    "params_checkpoint_inf_mlp",
+    "healthy_causal_mask_masked_fill",
+    "healthy_manual_sgd_no_optimizer",
+)
+
+_ALL = {s.name: s for s in diagnose.discover()}
+
+
+def _explain(result: diagnose.Result) -> str:
+    lines = [f"{result.name}: " + "; ".join(result.mismatches())]
+    if result.event is not None:
+        ev = result.event
+        lines.append(
+            f"  event: step {ev.get('step')} {ev.get('phase')} {ev.get('op')} "
+            f"grad_fn={ev.get('grad_fn')} module={ev.get('module')!r} cause={ev.get('cause')}"
+        )
+        lines.extend(f"    - {e}" for e in (ev.get("evidence") or [])[:4])
+    if result.error and result.stderr_tail:
+        lines.append("  stderr: " + result.stderr_tail[-600:])
+    return "\n".join(lines)
+
+
+def test_every_label_parses_and_every_cause_is_covered() -> None:
+    from nanguard import Cause
+
+    scenarios = list(_ALL.values())
+    assert len(scenarios) >= 34
+    for cause in Cause:
+        n = sum(1 for s in scenarios if s.expect.cause == cause.value)
+        assert n >= 3, f"{cause.value} is covered by {n} scenario(s)"
+    assert sum(1 for s in scenarios if s.expect.healthy) >= 9
+    for s in scenarios:
+        assert s.expect.about, f"{s.name} has no '# about:' line"
+        if not s.expect.healthy:
+            assert s.expect.phase in ("data", "forward", "backward", "optimizer"), s.name
+    assert set(FAST) <= set(_ALL)
+    fast_causes = {_ALL[n].expect.cause for n in FAST if not _ALL[n].expect.healthy}
+    assert fast_causes == {c.value for c in Cause}
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_scenario_matches_its_label(name: str) -> None:
+    result = diagnose.run_scenario(_ALL[name])
+    if result.error is not None or not result.ok:
+        pytest.fail(_explain(result), pytrace=False)
+    if result.expect.healthy:
+        assert (result.n_events, result.exit_code) == (0, 0)
+    else:
+        assert result.exit_code == diagnose.EXIT_NONFINITE
+        assert all(result.checks[k] for k in diagnose.CHECKS)
+
+
+@pytest.mark.slow
+def test_the_whole_suite_matches_its_labels() -> None:
+    results = diagnose.run_all(list(_ALL.values()))
+    wrong = [r for r in results if not r.ok or r.error]
+    if wrong:
+        pytest.fail(
+            f"{len(wrong)}/{len(results)} scenarios differ from their labels:\n"
+            + "\n".join(_explain(r) for r in wrong),
+            pytrace=False,
+        )
