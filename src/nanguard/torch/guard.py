@@ -140,6 +140,8 @@ class Guard(_autograd.BackwardListener):
         self._clip_norms: list[torch.Tensor] = []
         self._sinks: list[Any] = []
         self._updated = False  # has an update been applied yet (else bad weights came in bad)
+        self._weights_ok: bool | None = None  # the last check of the weights (None: not yet)
+        self._bad_from_start: set[str] = set()  # weights that were non-finite before any update
         self.verify = os.environ.get("NANGUARD_VERIFY", "") == "1"
         self.violations: list[dict[str, Any]] = []
         self._pre_copy: tuple[int, list[torch.Tensor], list[Any], dict[Any, Any]] | None = None
@@ -347,7 +349,7 @@ class Guard(_autograd.BackwardListener):
         if ok:
             self.recovery.healthy_step()
             self._maybe_snapshot(before_update=True)
-            self._apply_to_grads(leaves)
+            self._apply_to_grads(leaves, None, chk.norm)
         else:
             self._failure(chk, leaves, bad_ranks, opt=None)
         self._record(chk, None)
@@ -391,6 +393,7 @@ class Guard(_autograd.BackwardListener):
         opt_failure: tuple[Finding, Diagnosis] | None = None
         if pchk is not None:
             self._params_due = False
+            self._weights_ok = pchk.finite
             if len(self.history) and self._updated:
                 self.history[-1].param_norm = _param_norm(pchk, wnames)
             if not pchk.finite:
@@ -413,10 +416,11 @@ class Guard(_autograd.BackwardListener):
             self._deferred = opt_failure
         ok, bad_ranks = _dist.agree(chk.finite and self._deferred is None, params)
         if ok:
-            self.recovery.healthy_step()
+            if self.policy == "raise" or opt is not self._primary:
+                self.recovery.healthy_step()
             if opt is self._primary:
                 self._maybe_snapshot(before_update=True)
-            self._apply_to_grads(params, opt)
+            self._apply_to_grads(params, opt, chk.norm)
             if opt is self._primary:
                 self._keep_for_replay(opt, params)
             return
@@ -457,13 +461,21 @@ class Guard(_autograd.BackwardListener):
             weights, wnames = self._weights(opt)
             pchk = check_params(weights)
             pchk.norm = _param_norm(pchk, wnames)
+            was_ok, self._weights_ok = self._weights_ok, pchk.finite
             if not pchk.finite and not self.step_was_skipped:
-                finding, diag = self._optimizer_finding(opt, pchk, self.step, wnames)
+                if was_ok is False:
+                    # the weights were non-finite before this update: not the optimizer's doing
+                    finding, diag = self._parameter_finding(pchk, wnames)
+                else:
+                    finding, diag = self._optimizer_finding(opt, pchk, self.step, wnames)
                 if _dist.active():
                     self._deferred = (finding, diag)  # every rank must agree: act at the next check
                 else:
-                    self._act(finding, diag, params, opt, rollback_weights=True, after_update=True)
+                    self._act(finding, diag, params, opt, rollback_weights=was_ok is not False,
+                              after_update=True)
             elif pchk.finite:
+                if not self.step_was_skipped:
+                    self.recovery.healthy_step()  # gradients and the update both checked
                 self._maybe_snapshot(before_update=False)
             self._record(self._pending, pchk)
             self._end_step()
@@ -479,6 +491,7 @@ class Guard(_autograd.BackwardListener):
         no weight and no optimizer state holds a non-finite value — and log any breach."""
         weights, names = self._weights(opt)
         bad = [n for t, n in zip(weights, names) if not bool(torch.isfinite(t).all())]
+        bad = [n for n in bad if n.split(":")[0] not in self._bad_from_start]
         if bad and self._updated:
             self.violations.append({"step": self.step - 1, "tensors": bad[:8]})
 
@@ -525,11 +538,25 @@ class Guard(_autograd.BackwardListener):
             self._end_step()
 
     # --- healthy steps: back-off, clipping, snapshots --------------------------------------------
-    def _apply_to_grads(self, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None = None) -> None:
+    def _apply_to_grads(
+        self,
+        params: Sequence[torch.Tensor],
+        opt: torch.optim.Optimizer | None = None,
+        total_norm: float | None = None,
+    ) -> None:
+        """A healthy step under a back-off: clip, and scale the learning rate (or gradients)."""
         scale = self.recovery.lr_scale
         clip = self.recovery.clip_norm
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], clip)
+        with_grads = [p for p in params if p.grad is not None]
+        if clip is not None and with_grads:
+            clip_with_norm = getattr(torch.nn.utils, "clip_grads_with_norm_", None)
+            if clip_with_norm is not None and total_norm is not None and math.isfinite(total_norm):
+                # the fused check's norm is computed in float64: torch's own clip_grad_norm_
+                # would overflow float32 on gradients above ~1e19 and scale them all by 0
+                dev = with_grads[0].grad.device  # type: ignore[union-attr]
+                clip_with_norm(with_grads, clip, torch.tensor(total_norm, dtype=torch.float64, device=dev))
+            else:
+                torch.nn.utils.clip_grad_norm_(with_grads, clip)
         if scale != 1.0:
             if opt is not None:
                 self._saved_lrs = [g["lr"] for g in opt.param_groups]
@@ -553,9 +580,12 @@ class Guard(_autograd.BackwardListener):
         if not before_update and not self.snapshots.due(self.step + 1):
             return
         opt = self._primary
+        watched = self._watched_params()
+        if not all_finite(watched):
+            return  # never keep non-finite weights as the "last good" state
         self.snapshots.take(
             self.step if before_update else self.step + 1,
-            self._watched_params(),
+            watched,
             floating_buffers(roots),
             [opt] if opt is not None else [],
             self._schedulers_of(opt),
@@ -716,6 +746,7 @@ class Guard(_autograd.BackwardListener):
                 )
                 details["restored_step"] = snap.step
                 details["steps_lost"] = self.step - snap.step
+                self._weights_ok = True  # a snapshot only ever holds finite weights
             else:
                 details["restored_step"] = None
                 details["note"] = "no snapshot yet: the update was skipped instead"
@@ -838,6 +869,8 @@ class Guard(_autograd.BackwardListener):
         first = weights[pchk.bad[0]] if pchk.bad and weights else None
         nan, pinf, ninf = counts(first) if first is not None else (0, 0, 0)
         name0 = badn[0] if badn else "?"
+        if not self._updated:
+            self._bad_from_start.update(n.split(":")[0] for n in badn)
         finding = Finding(
             phase="forward",
             op="parameter",
