@@ -1,0 +1,16 @@
+"""Keras 3 on TensorFlow: the same guard as for PyTorch (``pip install nanguard[tf]``).
+
+* :class:`NanGuard` — a callback for ``model.fit``;
+* :func:`attach` / :class:`KerasGuard` — for custom loops (``tf.GradientTape`` +
+  ``optimizer.apply_gradients``), with :meth:`KerasGuard.wrap` around the step function;
+* :func:`locate` — trace a block op by op and raise at the origin (the slow, exact tier).
+
+Importing this package imports TensorFlow and Keras (never torch); it raises ``ImportError`` when
+Keras 3 on the TensorFlow backend is not available.
+"""
+
+from .callback import NanGuard
+from .guard import KerasGuard, attach
+from .locate import Locator, locate
+
+__all__ = ["KerasGuard", "Locator", "NanGuard", "attach", "locate"]

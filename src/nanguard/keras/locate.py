@@ -1,0 +1,709 @@
+"""The Keras locator: find the TensorFlow op that made the first non-finite value, with provenance.
+
+TensorFlow's own numerics machinery is the hook: an *op callback*
+(``tensorflow.python.framework.op_callbacks``, what ``tf.debugging.enable_check_numerics`` uses)
+sees every op that runs eagerly — the forward pass, the backward pass (``tf.GradientTape`` runs the
+gradient functions eagerly, so ``ReluGrad``, ``SqrtGrad``, ``Reciprocal`` … pass through it too)
+and the optimizer's update. Only eager ops are seen, so the locator runs the code with
+``tf.config.run_functions_eagerly(True)``. For each floating output it asks one question: is it
+finite? When it is not:
+
+* a non-finite input that the locator already tracks passes its *origin* on to the output;
+* a variable read (``ReadVariableOp``) that returns non-finite values is an origin of kind
+  ``parameter``; a batch tensor registered with :meth:`Locator.register_batch` one of kind ``data``;
+  a non-finite tensor that came from elsewhere is a *constant* (a ``-inf`` mask) or ``data``;
+* otherwise the op itself is a new origin: op type (``Log``, ``MatMul``), phase, Keras layer path
+  (``sequential/dense_2``, from the stack of running layers), source line, input statistics.
+
+Backward ops are tied to the forward op they differentiate by re-registering TensorFlow's eager
+gradient function (``backprop._gradient_function``): while the gradient of a forward op runs, its
+ops carry that op's layer path and source line, and ``grad_fn`` names the gradient function
+(``_SqrtGrad``).
+
+Nothing is reported when an origin is made — a ``-inf`` mask that a softmax absorbs is no finding.
+A finding is reported when a non-finite value *reaches* a sink: the target of
+``GradientTape.gradient`` (the loss), a gradient it returns, or a variable written in the
+optimizer phase. The finding is the origin whose values got there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import NonFiniteError
+from ..core.finding import Finding, TensorStats
+from ..core.source import SourceLocation, user_frame
+from . import _patches
+from ._compat import run_eagerly, tf, values_of, var_handle_id, var_path
+from ._stats import bad_samples, counts, dtype_name, is_finite, tensor_stats, to_numpy
+
+__all__ = ["Locator", "locate"]
+
+_SEQ = itertools.count()
+_ASSIGN = frozenset({"AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp"})
+_RELU = frozenset({"Relu"})
+_LOW_ENUMS = {tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum}
+
+
+@dataclass
+class Origin:
+    """Where one family of non-finite values came from."""
+
+    finding: Finding
+    seq: int = field(default_factory=lambda: next(_SEQ))
+    deliberate: bool = False
+    relu_note: str | None = None
+    relu_layer: str | None = None
+
+
+@dataclass
+class _Where:
+    path: str | None
+    typ: str | None
+    source: str | None
+    code: str | None
+    grad_fn: str | None = None
+
+
+def _float(t: Any) -> bool:
+    dt = getattr(t, "dtype", None)
+    return bool(getattr(dt, "is_floating", False)) and hasattr(t, "_id")
+
+
+def _input_names(op_type: str, n: int) -> list[str]:
+    try:
+        from tensorflow.python.framework import op_def_registry
+
+        op_def = op_def_registry.get(op_type)
+    except Exception:  # an unregistered or function op
+        op_def = None
+    names: list[str] = []
+    if op_def is not None:
+        for arg in op_def.input_arg:
+            names.append(arg.name)
+    names += [f"input {i}" for i in range(len(names), n)]
+    return names[:n] if len(names) >= n else names
+
+
+def _kind(t: Any) -> str:
+    nan, pinf, ninf = counts(t)
+    if nan:
+        return "nan"
+    return "-inf" if ninf and not pinf else "inf"
+
+
+class Locator:
+    """Op callback + gradient hook + provenance; see the module docstring.
+
+    ``on_sink``: ``"raise"`` raises :class:`NonFiniteError` at the first sink (``locate()``,
+    ``nanguard run --trace``); ``"record"`` keeps going and collects :attr:`findings` (the
+    replay). ``intercepts_apply``: an optimizer update is recorded as the optimizer phase but not
+    applied (the replay never changes the weights).
+    """
+
+    def __init__(
+        self,
+        *,
+        on_sink: str = "raise",
+        step: int | None = None,
+        detected_by: str = "trace",
+        intercepts_apply: bool = False,
+    ) -> None:
+        if on_sink not in ("raise", "record"):
+            raise ValueError("on_sink must be 'raise' or 'record'")
+        self.on_sink = on_sink
+        self.step = step
+        self.detected_by = detected_by
+        self.intercepts_apply = intercepts_apply
+        self.findings: list[Finding] = []
+        self.activation_scale: list[tuple[str, float]] = []
+        self.applied: list[Any] = []  # optimizers whose update the replay intercepted
+        self.errors: list[str] = []
+        self._tracked: dict[int, Origin] = {}
+        self._producer: dict[int, str] = {}
+        self._fwd_out: dict[int, _Where] = {}
+        self._fwd_in: dict[tuple[Any, ...], _Where] = {}
+        self._bwd_out: dict[int, _Where] = {}
+        self._layers: list[tuple[Any, str]] = []
+        self._bwd: list[tuple[_Where | None, str | None]] = []
+        self._var_names: dict[int, str] = {}
+        self._slot_ids: set[int] = set()
+        self._in_backward = 0
+        self._after_backward = False
+        self._opt_depth = 0
+        self._busy = False
+        self._quiet = 0
+        self._orig_grad_fn: Any = None
+        self._active = False
+        self._last_exit: tuple[Any, str] | None = None
+
+    # --- what the locator knows ----------------------------------------------------------------
+    def add_variables(self, variables: Sequence[Any], slots: bool = False) -> None:
+        """Name the variables whose reads and writes the locator may meet."""
+        for v in variables:
+            hid = var_handle_id(v)
+            if hid is not None:
+                self._var_names.setdefault(hid, var_path(v))
+                if slots:
+                    self._slot_ids.add(hid)
+
+    def register_batch(self, items: Sequence[tuple[str, Any]]) -> None:
+        """The step's input tensors: a non-finite one is an origin of kind ``data``."""
+        for name, t in items:
+            if not _float(t) or is_finite(t):
+                continue
+            nan, pinf, ninf = counts(t)
+            f = Finding(
+                phase="data",
+                op="input",
+                step=self.step,
+                dtype=dtype_name(t),
+                shape=tuple(int(s) for s in t.shape),
+                nan=nan,
+                posinf=pinf,
+                neginf=ninf,
+                detected_by=self.detected_by,
+                framework="keras",
+                details={"origin": "data", "input_name": name, "samples": bad_samples(t)},
+            )
+            self._tracked[t._id] = Origin(f)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def __enter__(self) -> Locator:
+        from tensorflow.python import pywrap_tfe
+        from tensorflow.python.eager import backprop
+        from tensorflow.python.framework import op_callbacks
+
+        if _patches.LOCATOR is not None:
+            raise RuntimeError("a nanguard locator is already active")
+        _patches.install()
+        _patches.LOCATOR = self
+        self._orig_grad_fn = backprop._gradient_function
+        pywrap_tfe.TFE_Py_RegisterGradientFunction(self._gradient_function)
+        op_callbacks.add_op_callback(self._callback)
+        self._active = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from tensorflow.python import pywrap_tfe
+        from tensorflow.python.framework import op_callbacks
+
+        if not self._active:
+            return
+        self._active = False
+        op_callbacks.remove_op_callback(self._callback)
+        pywrap_tfe.TFE_Py_RegisterGradientFunction(self._orig_grad_fn)
+        _patches.LOCATOR = None
+        _patches.uninstall()
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """Ops run by nanguard itself (the watch tier's check) are not the user's."""
+        self._quiet += 1
+        try:
+            yield
+        finally:
+            self._quiet -= 1
+
+    @contextlib.contextmanager
+    def loud(self) -> Iterator[None]:
+        q, self._quiet = self._quiet, 0
+        try:
+            yield
+        finally:
+            self._quiet = q
+
+    @contextlib.contextmanager
+    def optimizer_phase(self, opt: Any) -> Iterator[None]:
+        """The optimizer's update: its ops are the optimizer phase; its writes are sinks."""
+        self.add_variables(getattr(opt, "variables", []), slots=True)
+        self._opt_depth += 1
+        try:
+            yield
+        finally:
+            self._opt_depth -= 1
+            if not self._opt_depth:
+                self._end_of_step()
+
+    def _end_of_step(self) -> None:
+        self._after_backward = False
+        self._fwd_out.clear()
+        self._fwd_in.clear()
+        self._bwd_out.clear()
+        if self.step is not None and self.detected_by == "trace":
+            self.step += 1
+
+    # --- phase and place --------------------------------------------------------------------------
+    def phase(self) -> str:
+        if self._bwd or self._in_backward:
+            return "backward"
+        if self._opt_depth or self._after_backward:
+            return "optimizer"
+        return "forward"
+
+    def _layer_path(self) -> tuple[str | None, str | None]:
+        if not self._layers:
+            return None, None
+        layer, path = self._layers[-1]
+        return path, type(layer).__name__
+
+    def _where(self, phase: str, inputs: Sequence[Any] = ()) -> _Where:
+        if phase == "backward" and self._bwd:
+            rec, gname = self._bwd[-1]
+            if rec is not None:
+                return _Where(rec.path, rec.typ, rec.source, rec.code, gname)
+            return _Where(None, None, None, None, gname)
+        if phase == "backward":
+            # the tape's own ops (AddN summing the gradients of a tensor used several times):
+            # where the gradients they combine were made
+            for t in inputs:
+                w = self._bwd_out.get(getattr(t, "_id", -1))
+                if w is not None:
+                    return _Where(w.path, w.typ, w.source, w.code, None)
+        path, typ = self._layer_path()
+        loc: SourceLocation | None = user_frame(2)
+        return _Where(path, typ, loc.short if loc else None, loc.code if loc else None)
+
+    # --- layer stack (from the Layer.__call__ hook) -----------------------------------------------
+    def enter_layer(self, layer: Any) -> None:
+        if not self._layers and self._after_backward and not self._in_backward:
+            self._end_of_step()  # a new forward pass begins
+        parent = self._layers[-1][1] if self._layers else None
+        path = f"{parent}/{layer.name}" if parent else str(layer.name)
+        self._layers.append((layer, path))
+        own = list(getattr(layer, "_trainable_variables", [])) + list(
+            getattr(layer, "_non_trainable_variables", [])
+        )
+        if own:
+            self.add_variables(own)
+
+    def exit_layer(self, layer: Any) -> None:
+        if self._layers and self._layers[-1][0] is layer:
+            self._last_exit = self._layers.pop()
+
+    def layer_output(self, layer: Any, out: Any) -> None:
+        """Evidence for bad initialization: the output scale of each layer with weights."""
+        if self.phase() != "forward" or not getattr(layer, "_trainable_variables", None):
+            return
+        if len(self.activation_scale) >= 64 or self._busy:
+            return
+        path = self._last_exit[1] if self._last_exit is not None else str(layer.name)
+        self._busy = True
+        try:
+            best = 0.0
+            for t in tf.nest.flatten(out):
+                if _float(t):
+                    a = to_numpy(t)
+                    fin = np.abs(a[np.isfinite(a)])
+                    if fin.size:
+                        best = max(best, float(fin.max()))
+                    if not np.isfinite(a).all():
+                        best = float("inf")
+            self.activation_scale.append((path, best))
+        except Exception:
+            pass
+        finally:
+            self._busy = False
+
+    # --- the backward link -------------------------------------------------------------------------
+    def _gradient_function(
+        self,
+        op_name: str,
+        attr_tuple: Any,
+        num_inputs: int,
+        inputs: Any,
+        outputs: Any,
+        out_grads: Any,
+        skip_input_indices: Any,
+        forward_pass_name_scope: Any,
+    ) -> Any:
+        if isinstance(op_name, bytes):
+            op_name = op_name.decode()
+        rec: _Where | None = None
+        for o in outputs or ():
+            if o is not None and hasattr(o, "_id") and o._id in self._fwd_out:
+                rec = self._fwd_out[o._id]
+                break
+        if rec is None and inputs:
+            key = (op_name, *(getattr(i, "_id", None) for i in inputs))
+            rec = self._fwd_in.get(key)
+        gname: str | None = None
+        try:
+            from tensorflow.python.framework import ops
+
+            fn = ops._gradient_registry.lookup(op_name)
+            gname = getattr(fn, "__name__", None)
+        except Exception:
+            gname = None
+        self._bwd.append((rec, gname or f"{op_name}Grad"))
+        try:
+            return self._orig_grad_fn(
+                op_name, attr_tuple, num_inputs, inputs, outputs, out_grads,
+                skip_input_indices, forward_pass_name_scope,
+            )
+        finally:
+            self._bwd.pop()
+
+    # --- the op callback ---------------------------------------------------------------------------
+    def _callback(
+        self,
+        op_type: str,
+        inputs: Any,
+        attrs: Any,
+        outputs: Any,
+        op_name: str | None = None,
+        graph: Any = None,
+    ) -> None:
+        if graph is not None or self._busy or self._quiet or not self._active:
+            return None
+        if isinstance(op_type, bytes):  # some eager fast paths pass the op type as bytes
+            op_type = op_type.decode()
+        self._busy = True
+        try:
+            self._on_op(op_type, tuple(inputs or ()), attrs, tuple(outputs or ()))
+        finally:
+            self._busy = False
+        return None
+
+    def _on_op(self, op_type: str, inputs: tuple[Any, ...], attrs: Any, outputs: tuple[Any, ...]) -> None:
+        phase = self.phase()
+        where: _Where | None = None
+        if phase == "forward" and outputs:
+            where = self._where(phase)
+            for o in outputs:
+                if hasattr(o, "_id"):
+                    self._fwd_out[o._id] = where
+            key = (op_type, *(getattr(i, "_id", None) for i in inputs))
+            self._fwd_in[key] = where
+        for o in outputs:
+            if hasattr(o, "_id"):
+                self._producer[o._id] = op_type
+        if phase == "backward" and outputs:
+            w_b = self._where(phase, inputs)
+            if w_b.path is not None:
+                for o in outputs:
+                    if hasattr(o, "_id"):
+                        self._bwd_out[o._id] = w_b
+
+        if op_type in _ASSIGN and phase == "optimizer" and len(inputs) >= 2:
+            self._check_write(op_type, inputs, phase)
+
+        bad = [o for o in outputs if _float(o) and not is_finite(o)]
+        inherited: Origin | None = None
+        for t in inputs:
+            o = self._tracked.get(getattr(t, "_id", -1))
+            if o is not None and (inherited is None or o.seq < inherited.seq):
+                inherited = o
+        if not bad:
+            if inherited is not None:
+                self._laundered(op_type, outputs, inherited, phase, where)
+            return
+        constant: str | None = None
+        if inherited is None:
+            if op_type == "ReadVariableOp" and inputs:
+                inherited = self._parameter_origin(inputs[0], bad[0], phase)
+            else:
+                for t in inputs:
+                    if not _float(t) or is_finite(t):
+                        continue
+                    n = int(np.prod(t.shape)) if t.shape.rank is not None else 0
+                    if n <= 1 or not counts(t)[0]:  # a literal, or a mask of +-inf
+                        constant = _kind(t)
+                        continue
+                    inherited = self._outside_origin(t, phase)
+                    break
+        if inherited is None:
+            where = where or self._where(phase, inputs)
+            inherited = self._new_origin(op_type, inputs, attrs, bad[0], phase, where)
+            if constant is not None:
+                inherited.deliberate = True
+                inherited.finding.details["constant"] = constant
+        f = inherited.finding
+        if f.phase == "data" and f.module is None and f.source is None:
+            w = where or self._where(phase)
+            f.module, f.module_type, f.source, f.source_code = w.path, w.typ, w.source, w.code
+        for o in bad:
+            self._tracked[o._id] = inherited
+        if op_type in _RELU and phase == "forward":
+            # early TensorFlow wrapped the forward output of every ReLU in a check_numerics when
+            # it built ReluGrad: the last ReLU a non-finite value passes is the first ReluGrad of
+            # the backward pass, where "ReluGrad input is not finite" fired
+            w = where or self._where(phase)
+            place = f"`{w.path}` ({w.typ})" if w.path else "a ReLU"
+            inherited.relu_note = (
+                f"TensorFlow's old `ReluGrad input is not finite` would have fired at {place}"
+                + (f", {w.source}" if w.source else "")
+                + ", in the backward pass"
+            )
+            inherited.relu_layer = place
+
+    def _laundered(
+        self, op_type: str, outputs: tuple[Any, ...], origin: Origin, phase: str, where: _Where | None
+    ) -> None:
+        """A non-finite input came out as the dtype's largest finite value (``MaxPool`` of NaN
+        gives -3.4e38): still the same bad values, so the output keeps the input's origin."""
+        for o in outputs:
+            if not _float(o):
+                continue
+            a = to_numpy(o)
+            big = float(tf.as_dtype(o.dtype).max)
+            if a.size and float(np.abs(a).max()) >= big:
+                self._tracked[o._id] = origin
+                w = where or self._where(phase)
+                origin.finding.details.setdefault(
+                    "note",
+                    f"`{op_type}`" + (f" in `{w.path}`" if w.path else "")
+                    + f" turned the non-finite values into ±{big:.3g}, finite but garbage; "
+                    "they overflowed again further on",
+                )
+
+    def _check_write(self, op_type: str, inputs: tuple[Any, ...], phase: str) -> None:
+        value = inputs[1]
+        if not _float(value) or is_finite(value):
+            return
+        origin = self._tracked.get(value._id)
+        if origin is None:
+            where = self._where(phase)
+            origin = self._new_origin(op_type, inputs[1:], (), value, phase, where)
+        hid = getattr(inputs[0], "_id", None)
+        name = self._var_names.get(hid, "a variable") if hid is not None else "a variable"
+        f = origin.finding
+        if f.phase == "optimizer" and f.module is None and "/" in name and hid not in self._slot_ids:
+            f.module = name.rsplit("/", 1)[0]  # the optimizer's op: name the layer it updated
+        if hid in self._slot_ids:
+            self._reached(origin, "optimizer state", parameters=[name])
+        else:
+            self._reached(origin, "parameters", parameters=[name])
+
+    # --- origins ------------------------------------------------------------------------------------
+    def _parameter_origin(self, handle: Any, out: Any, phase: str) -> Origin:
+        name = self._var_names.get(getattr(handle, "_id", -1))
+        nan, pinf, ninf = counts(out)
+        module = name.rsplit("/", 1)[0] if name and "/" in name else None
+        f = Finding(
+            phase=phase if phase != "data" else "forward",
+            op="parameter",
+            module=module,
+            step=self.step,
+            dtype=dtype_name(out),
+            shape=tuple(int(s) for s in out.shape),
+            nan=nan,
+            posinf=pinf,
+            neginf=ninf,
+            detected_by=self.detected_by,
+            framework="keras",
+            details={"origin": "parameter", "parameters": [name] if name else []},
+        )
+        return Origin(f)
+
+    def _outside_origin(self, t: Any, phase: str) -> Origin:
+        where = self._where(phase)
+        nan, pinf, ninf = counts(t)
+        f = Finding(
+            phase="data",
+            op="input",
+            module=where.path,
+            module_type=where.typ,
+            source=where.source,
+            source_code=where.code,
+            step=self.step,
+            dtype=dtype_name(t),
+            shape=tuple(int(s) for s in t.shape),
+            nan=nan,
+            posinf=pinf,
+            neginf=ninf,
+            detected_by=self.detected_by,
+            framework="keras",
+            details={"origin": "data", "input_name": "a tensor from outside the model",
+                     "samples": bad_samples(t)},
+        )
+        return Origin(f)
+
+    def _new_origin(
+        self,
+        op_type: str,
+        inputs: Sequence[Any],
+        attrs: Any,
+        out: Any,
+        phase: str,
+        where: _Where,
+    ) -> Origin:
+        names = _input_names(op_type, len(inputs))
+        stats: list[TensorStats] = []
+        scalars: dict[str, Any] = {}
+        producers: list[str] = []
+        for i, t in enumerate(inputs):
+            name = names[i] if i < len(names) else f"input {i}"
+            if not _float(t):
+                continue
+            if len(stats) < 6:
+                stats.append(tensor_stats(t, name))
+            p = self._producer.get(t._id)
+            if p:
+                producers.append(p)
+            if op_type == "Pow" and i == 1 and int(np.prod(t.shape)) == 1:
+                scalars["exponent"] = float(to_numpy(t).reshape(-1)[0])
+        nan, pinf, ninf = counts(out)
+        details: dict[str, Any] = {}
+        if producers:
+            details["input_producers"] = producers[:4]
+        f = Finding(
+            phase=phase,
+            op=op_type,
+            module=where.path,
+            module_type=where.typ,
+            source=where.source,
+            source_code=where.code,
+            grad_fn=where.grad_fn if phase == "backward" else None,
+            step=self.step,
+            dtype=dtype_name(out),
+            shape=tuple(int(s) for s in out.shape),
+            nan=nan,
+            posinf=pinf,
+            neginf=ninf,
+            detected_by=self.detected_by,
+            framework="keras",
+            inputs=stats,
+            scalars=scalars,
+            details=details,
+        )
+        if out.dtype in (tf.float16, tf.bfloat16) and (pinf or ninf or nan):
+            _float32_check(op_type, inputs, attrs, f)
+        return Origin(f)
+
+    # --- sinks --------------------------------------------------------------------------------------
+    def on_gradient_start(self, target: Any) -> None:
+        """``tape.gradient(target, ...)`` begins: a non-finite target is a loss that is not."""
+        self._busy = True
+        try:
+            for t in tf.nest.flatten(target):
+                if _float(t) and not is_finite(t):
+                    origin = self._tracked.get(t._id) or self._unknown(t, "forward", "the loss")
+                    self._reached(origin, "loss")
+        finally:
+            self._busy = False
+        self._in_backward += 1
+
+    def on_gradient_abort(self) -> None:
+        self._in_backward = max(0, self._in_backward - 1)
+
+    def on_gradient_end(self, grads: Any, sources: Any) -> None:
+        self._in_backward = max(0, self._in_backward - 1)
+        if not self._in_backward:
+            self._after_backward = True
+        self._busy = True
+        try:
+            self._check_grads(tf.nest.flatten(grads), tf.nest.flatten(sources))
+        finally:
+            self._busy = False
+
+    def _check_grads(self, grads: Sequence[Any], sources: Sequence[Any]) -> None:
+        for g, s in zip(grads, sources):
+            if g is None:
+                continue
+            v = values_of(g)
+            if not _float(v) or is_finite(v):
+                continue
+            origin = self._tracked.get(v._id) or self._unknown(v, "backward", "a gradient")
+            self._reached(origin, "gradients", gradients=[var_path(s)])
+
+    def on_apply(self, opt: Any, grads: Any, trainable_variables: Any, orig: Any) -> None:
+        """The replay reached ``optimizer.apply``: the optimizer phase, but no update."""
+        with self.optimizer_phase(opt):
+            self.applied.append(opt)
+            tv = list(trainable_variables) if trainable_variables is not None else list(
+                getattr(opt, "_trainable_variables", [])
+            )
+            self._busy = True
+            try:
+                self._check_grads(list(grads), tv)
+            finally:
+                self._busy = False
+        return None
+
+    def _unknown(self, t: Any, phase: str, what: str) -> Origin:
+        nan, pinf, ninf = counts(t)
+        f = Finding(
+            phase=phase,
+            op=None,
+            step=self.step,
+            dtype=dtype_name(t),
+            shape=tuple(int(s) for s in t.shape),
+            nan=nan,
+            posinf=pinf,
+            neginf=ninf,
+            detected_by=self.detected_by,
+            framework="keras",
+            details={"note": f"{what} was non-finite, but no op the locator saw made it "
+                     "(compiled code, or a tensor made before the locator started)"},
+        )
+        return Origin(f)
+
+    def _reached(self, origin: Origin, what: str, **details: Any) -> None:
+        f = origin.finding
+        if f.reached is None:
+            f.reached = what
+        for k, v in details.items():
+            if v and k not in f.details:
+                f.details[k] = v
+        if f.step is None:
+            f.step = self.step
+        if origin.relu_note and "relu_grad" not in f.details and f.phase in ("data", "forward"):
+            f.details["relu_grad"] = origin.relu_note
+            f.details["relu_grad_layer"] = origin.relu_layer
+        if any(x is f for x in self.findings):
+            return
+        self.findings.append(f)
+        if self.on_sink == "raise":
+            raise NonFiniteError(f)
+
+    def first(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+
+def _float32_check(op_type: str, inputs: Sequence[Any], attrs: Any, f: Finding) -> None:
+    """Would the same op have been finite in float32? (evidence for low-precision overflow)"""
+    from tensorflow.python.eager import context, execute
+
+    try:
+        attrs = tuple(attrs or ())
+        new_attrs = tuple(
+            tf.float32.as_datatype_enum if (i % 2 == 1 and isinstance(v, int) and not isinstance(v, bool)
+                                            and v in _LOW_ENUMS and attrs[i - 1] in ("T", "dtype", "Tout"))
+            else v
+            for i, v in enumerate(attrs)
+        )
+        ins = [tf.cast(t, tf.float32) if getattr(t, "dtype", None) in (tf.float16, tf.bfloat16) else t
+               for t in inputs]
+        outs = execute.quick_execute(op_type, 1, ins, new_attrs, context.context())
+        a = to_numpy(outs[0])
+        fin = a[np.isfinite(a)]
+        f.details["float32_finite"] = bool(np.isfinite(a).all())
+        if fin.size:
+            f.details["float32_absmax"] = float(np.abs(fin).max())
+    except Exception:  # the op cannot be re-run this way: no evidence, no harm
+        return
+
+
+@contextlib.contextmanager
+def locate(*, step: int | None = None) -> Iterator[Locator]:
+    """Trace a block op by op; raise :class:`~nanguard.NonFiniteError` at the origin of the first
+    non-finite value that reaches a loss (``tape.gradient``), a gradient or a weight.
+
+    Every ``tf.function`` inside runs eagerly for the duration (the op callback only sees eager
+    ops), so this is the slow, exact tier::
+
+        with nanguard.keras.locate():
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)   # raises here, at the origin
+    """
+    loc = Locator(on_sink="raise", step=step, detected_by="trace")
+    with run_eagerly(), loc:
+        yield loc
