@@ -58,13 +58,18 @@ def main(args: argparse.Namespace) -> int:
         dt = time.perf_counter() - t0
         print_finding(console, err.finding, err.diagnosis)
         f = err.finding
-        relu = f.details.get("relu_grad")
         console.print(
-            f"\ncaught at step {f.step} after {dt:.2f} s, before the bad update reached the "
-            f"weights: made by `{f.op}` in `{f.module}`"
-            + ("; TensorFlow's old error would have named a ReLU instead" if relu else "")
-            + ".\n"
+            f"\ncaught at step {f.step} after {dt:.2f} s, before the bad update reached the weights."
         )
+        if f.details.get("relu_grad_layer"):
+            console.print(
+                f"  early TensorFlow stopped at: {f.details['relu_grad_layer']}, backward pass: "
+                "'ReluGrad input is not finite'"
+            )
+        where = f"`{f.module}` ({f.module_type})" if f.module else "outside any module"
+        console.print(f"  the value was made by:       `{f.op}` in {where}, {f.phase} pass, step {f.step}")
+        if err.diagnosis is not None:
+            console.print(f"  the cause:                   {err.diagnosis.cause.value}\n")
     else:
         console.print(
             f"trained {len(losses)} steps without a non-finite value "
@@ -78,9 +83,9 @@ def main(args: argparse.Namespace) -> int:
         new_lr = lr * r.get("lr_scale", 1.0)
         console.print(
             f"  step {r['step']}: {r['reason']} → rolled back to the snapshot of step "
-            f"{r.get('restored_step')} ({r.get('steps_lost', 0)} steps lost), "
-            f"{r['description']}: lr {lr:g} → {new_lr:.3g}"
+            f"{r.get('restored_step')} ({r.get('steps_lost', 0)} steps lost),"
         )
+        console.print(f"    {r['description']}: lr {lr:g} → {new_lr:.3g}")
     finite = [v for v in losses if math.isfinite(v)]
     marks = [0, 10, 25, 50, 100, len(losses) - 1]
     curve = "  ".join(f"{i}:{losses[i]:.3g}" for i in marks if i < len(losses))

@@ -264,6 +264,7 @@ class Locator(TorchDispatchMode):
         self.post_backward = False
         self._grad_ptrs: set[int] = set()
         self.relu_grad_note: str | None = None
+        self.relu_grad_where: str | None = None
         # set by the replay: the recorded line of a tape op / of the call that fed the model
         self.source_override: Any = None
         self.call_source: Any = None
@@ -639,6 +640,7 @@ class Locator(TorchDispatchMode):
             # finite" fired, first thing in the backward pass
             path, typ, src, _code = self._location(phase, node)
             where = f"`{path}` ({typ})" if path else (f"the {typ}" if typ else "a relu")
+            self.relu_grad_where = where
             self.relu_grad_note = (
                 f"TensorFlow's old `ReluGrad input is not finite` would have fired at {where}"
                 + (f", {src}" if src else "") + ", in the backward pass"
@@ -811,6 +813,7 @@ class Locator(TorchDispatchMode):
             f.step = self.step
         if self.relu_grad_note and "relu_grad" not in f.details:
             f.details["relu_grad"] = self.relu_grad_note
+            f.details["relu_grad_layer"] = self.relu_grad_where
         if any(x is f for x in self.findings):
             return
         self.findings.append(f)

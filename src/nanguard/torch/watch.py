@@ -107,7 +107,7 @@ def _finish(
             if math.isfinite(per[j]):
                 continue
             if bool(torch.isfinite(t).all()):
-                per[j] = float(torch.linalg.vector_norm(t, dtype=torch.float64))
+                per[j] = float(torch.linalg.vector_norm(t.detach(), dtype=torch.float64))
             else:
                 bad.append(index[j])
         bad_loss = [i for i, v in enumerate(lvals) if not math.isfinite(v)
