@@ -227,27 +227,53 @@ def replay_latency(case: Case, device: torch.device) -> float:
 
 
 def peak_rss_mb(case_index: int, variant: str, quick: bool, device: str) -> float:
-    """Peak RSS of a fresh process running 20 steps of one variant (MB)."""
+    """Growth of the peak RSS of a fresh process over its own warmed-up baseline, in MB.
+
+    The process builds the model, trains 10 plain steps (allocator, optimizer state, kernels warm),
+    reads its peak RSS, then trains 20 steps of ``variant`` and reads it again: the difference is
+    what the variant added on top of ordinary training.
+    """
     code = (
-        "import sys, resource; sys.argv=['x']\n"
-        f"import benchmarks.overhead as o, torch\n"
+        "import sys, resource\n"
+        "import benchmarks.overhead as o, torch, nanguard\n"
         f"c=o.cases({quick})[{case_index}]\n"
         f"d=torch.device('{device}')\n"
         "torch.manual_seed(0)\n"
         "m=c.build().to(d); opt=torch.optim.AdamW(m.parameters(), lr=1e-4)\n"
+        "o.time_block(c,'plain',m,opt,d,10)\n"
+        # import and warm every code path first (dispatch modes, snapshots): one-time costs
+        "w=torch.nn.Linear(2,1); wo=torch.optim.SGD(w.parameters(), lr=0.1)\n"
+        "for v0 in ('watch','trace'):\n"
+        "    with o.variant_ctx(v0, w, wo): w(torch.ones(1,2)).sum().backward(); wo.step()\n"
+        "g=nanguard.attach(w, wo, policy='recover'); w(torch.ones(1,2)).sum().backward(); wo.step(); g.detach()\n"
+        "base=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         f"v='{variant}'\n"
         "if v=='snapshot':\n"
-        "    import nanguard\n"
         "    g=nanguard.attach(m, opt, policy='recover', snapshot_every=1)\n"
         "    o.time_block(c,'plain',m,opt,d,20); g.detach()\n"
         "else:\n"
         "    o.time_block(c,v,m,opt,d,20)\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss-base)/1024)\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
-                         timeout=600, check=True)
+                         timeout=600, check=True, env=env)
     return float(out.stdout.strip().splitlines()[-1])
+
+
+def state_mb(case: Case) -> float:
+    """Weights + floating buffers + AdamW state of a model after one step (MB): the size of a
+    rollback snapshot."""
+    torch.manual_seed(0)
+    m = case.build()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    time_block(case, "plain", m, opt, torch.device("cpu"), 1)
+    n = sum(p.numel() * p.element_size() for p in m.parameters())
+    n += sum(b.numel() * b.element_size() for b in m.buffers() if b.is_floating_point())
+    n += sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values()
+             if isinstance(v, torch.Tensor))
+    return n / 2**20
 
 
 # --- main -----------------------------------------------------------------------------------------
@@ -299,14 +325,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {case.name} | {case.size} | {lat:.2f} |", flush=True)
     if not args.no_memory:
         print()
-        print("| model | size | plain peak RSS MB | watch | trace | snapshots (every step) |")
-        print("|---|---|---|---|---|---|")
-        for r in results:
+        print("| model | size | weights+state MB | peak RSS growth MB: plain | watch | trace | recover, snapshot every step |")
+        print("|---|---|---|---|---|---|---|")
+        for r, case in zip(results, cases(args.quick)):
             idx = int(r["index"])  # type: ignore[call-overload]
             mem = {v: peak_rss_mb(idx, v, args.quick, args.device) for v in ("plain", "watch", "trace", "snapshot")}
             r.update({f"rss_{k}": v for k, v in mem.items()})
-            print(f"| {r['model']} | {r['size']} | {mem['plain']:.0f} | {mem['watch'] - mem['plain']:+.0f} | "
-                  f"{mem['trace'] - mem['plain']:+.0f} | {mem['snapshot'] - mem['plain']:+.0f} |", flush=True)
+            print(f"| {r['model']} | {r['size']} | {state_mb(case):.1f} | {mem['plain']:.1f} | "
+                  f"{mem['watch']:.1f} | {mem['trace']:.1f} | {mem['snapshot']:.1f} |", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1, default=lambda o: None if isinstance(o, float) and not math.isfinite(o) else o)

@@ -145,7 +145,7 @@ class Guard(_autograd.BackwardListener):
         self.verify = os.environ.get("NANGUARD_VERIFY", "") == "1"
         self.violations: list[dict[str, Any]] = []
         self._pre_copy: tuple[int, list[torch.Tensor], list[Any], dict[Any, Any]] | None = None
-        self._copy_time: float | None = None
+        self._copy_times: list[float] = []
         self._step_times: list[float] = []
         self._last_pre: float | None = None
 
@@ -284,9 +284,15 @@ class Guard(_autograd.BackwardListener):
             num_params=n,
         )
 
-    def _weights(self, opt: torch.optim.Optimizer) -> tuple[list[torch.Tensor], list[str]]:
-        """The weights and the optimizer's state tensors (``fc.weight:exp_avg_sq``): what an
-        update writes, and what must stay finite after it."""
+    #: with policy "raise", the optimizer state is checked every this many steps (the weights
+    #: every step): each check reads the tensors once, and on a memory-bound step that shows
+    STATE_CHECK_EVERY = 16
+
+    def _weights(
+        self, opt: torch.optim.Optimizer, with_state: bool = True
+    ) -> tuple[list[torch.Tensor], list[str]]:
+        """The weights and (``with_state``) the optimizer's state tensors
+        (``fc.weight:exp_avg_sq``): what an update writes, and what must stay finite after it."""
         names = self._param_names()
         ts: list[torch.Tensor] = []
         ns: list[str] = []
@@ -294,6 +300,8 @@ class Guard(_autograd.BackwardListener):
             name = names.get(id(p), "?")
             ts.append(p)
             ns.append(name)
+            if not with_state:
+                continue
             for k, v in opt.state.get(p, {}).items():
                 if isinstance(v, torch.Tensor) and v.numel() > 1 and checkable(v):
                     ts.append(v)
@@ -388,7 +396,13 @@ class Guard(_autograd.BackwardListener):
         # with policy "raise" the weights the previous update left are checked here, in the same
         # fused check as the gradients: one host synchronisation per step
         due = self._params_due and opt is self._primary
-        weights, wnames = self._weights(opt) if due else ([], [])
+        # the state too: periodically, and whenever the last update's gradients were large enough
+        # for their squares to overflow float32 in it (Adam's exp_avg_sq, Adagrad's sum)
+        last_gn = self.history[-1].grad_norm if len(self.history) else None
+        with_state = self.step % self.STATE_CHECK_EVERY == 0 or (
+            last_gn is not None and not last_gn < 1e17
+        )
+        weights, wnames = self._weights(opt, with_state) if due else ([], [])
         chk, pchk = check([p.grad for p in params], [*self._losses, *self._clip_norms], weights)
         opt_failure: tuple[Finding, Diagnosis] | None = None
         if pchk is not None:
@@ -891,9 +905,10 @@ class Guard(_autograd.BackwardListener):
 
     # --- replaying an optimizer step ------------------------------------------------------------
     def _keep_for_replay(self, opt: torch.optim.Optimizer, params: Sequence[torch.Tensor]) -> None:
-        """Before a healthy update: keep a copy of weights, gradients and state when it costs
-        under 5 % of a step (always for models under 16 MB of them until a step time is known), so
-        an update that makes the weights non-finite can be replayed op by op."""
+        """Before a healthy update: keep a copy of weights, gradients and state — when they are
+        at most 64 MB together and copying them costs under 5 % of a step (until a step time is
+        known: when under 16 MB) — so an update that makes the weights non-finite can be replayed
+        op by op. Larger models get the optimizer named (``Adam.step``) instead of the op."""
         now = time.perf_counter()
         if self._last_pre is not None:
             self._step_times.append(now - self._last_pre)
@@ -901,9 +916,15 @@ class Guard(_autograd.BackwardListener):
         self._last_pre = now
         states = [v for p in params for v in opt.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
         nbytes = sum(t.numel() * t.element_size() for t in [*params, *states]) * 2
-        if self._step_times and self._copy_time is not None:
+        if nbytes > 64 << 20:
+            self._pre_copy = None
+            return
+        if self._step_times and self._copy_times:
+            # medians: one slow copy (a page fault, a busy core) must not switch copying off
             step_time = sorted(self._step_times)[len(self._step_times) // 2]
-            if self._copy_time > 0.05 * step_time:
+            copy_time = sorted(self._copy_times)[len(self._copy_times) // 2]
+            probe = self.step % 50 == 0  # measure again now and then, even when off
+            if copy_time > 0.05 * step_time and not probe:
                 self._pre_copy = None
                 return
         elif nbytes > 16 << 20:
@@ -918,7 +939,8 @@ class Guard(_autograd.BackwardListener):
                 {p: {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in opt.state[p].items()}
                  for p in params if p in opt.state},
             )
-        self._copy_time = time.perf_counter() - t0
+        self._copy_times.append(time.perf_counter() - t0)
+        del self._copy_times[:-9]
 
     def _replay_optimizer(self, opt: torch.optim.Optimizer, step: int) -> Finding | None:
         """Run ``step``'s update again from the copy made before it, under the locator, then put
