@@ -19,9 +19,7 @@ import gc
 import importlib.util
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -226,40 +224,52 @@ def replay_latency(case: Case, device: torch.device) -> float:
     return dt / plain
 
 
-def peak_rss_mb(case_index: int, variant: str, quick: bool, device: str) -> float:
-    """Growth of the peak RSS of a fresh process over its own warmed-up baseline, in MB.
+def _nbytes(obj: object) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    return 0
 
-    The process builds the model, trains 10 plain steps (allocator, optimizer state, kernels warm),
-    reads its peak RSS, then trains 20 steps of ``variant`` and reads it again: the difference is
-    what the variant added on top of ordinary training.
-    """
-    code = (
-        "import sys, resource\n"
-        "import benchmarks.overhead as o, torch, nanguard\n"
-        f"c=o.cases({quick})[{case_index}]\n"
-        f"d=torch.device('{device}')\n"
-        "torch.manual_seed(0)\n"
-        "m=c.build().to(d); opt=torch.optim.AdamW(m.parameters(), lr=1e-4)\n"
-        "o.time_block(c,'plain',m,opt,d,10)\n"
-        # import and warm every code path first (dispatch modes, snapshots): one-time costs
-        "w=torch.nn.Linear(2,1); wo=torch.optim.SGD(w.parameters(), lr=0.1)\n"
-        "for v0 in ('watch','trace'):\n"
-        "    with o.variant_ctx(v0, w, wo): w(torch.ones(1,2)).sum().backward(); wo.step()\n"
-        "g=nanguard.attach(w, wo, policy='recover'); w(torch.ones(1,2)).sum().backward(); wo.step(); g.detach()\n"
-        "base=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        f"v='{variant}'\n"
-        "if v=='snapshot':\n"
-        "    g=nanguard.attach(m, opt, policy='recover', snapshot_every=1)\n"
-        "    o.time_block(c,'plain',m,opt,d,20); g.detach()\n"
-        "else:\n"
-        "    o.time_block(c,v,m,opt,d,20)\n"
-        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss-base)/1024)\n"
-    )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
-                         timeout=600, check=True, env=env)
-    return float(out.stdout.strip().splitlines()[-1])
+
+def held_mb(case: Case, policy: str, device: torch.device) -> float:
+    """Tensor memory nanguard itself holds after 20 healthy steps (MB): with ``raise``, the copy
+    kept to replay an update (when affordable); with ``recover``, that plus the rollback snapshot
+    (taken every step here, the worst case). Counted from the guard's own objects, exactly — a
+    process's RSS is too coarse for this on the CPU."""
+    torch.manual_seed(0)
+    m = case.build().to(device)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    g = nanguard.attach(m, opt, policy=policy, snapshot_every=1)
+    try:
+        time_block(case, "plain", m, opt, device, 20)
+        held = _nbytes(g._pre_copy)
+        if g.snapshots.last is not None:
+            held += g.snapshots.last.nbytes
+    finally:
+        g.detach()
+    return held / 2**20
+
+
+def snapshot_cost(case: Case, device: torch.device, plain_step_s: float, every: int = 50) -> float:
+    """Time of one rollback snapshot (a CPU copy of weights, buffers and optimizer state), as a
+    share of ``every`` plain steps: its amortised cost at the default interval."""
+    from nanguard.torch.snapshot import Snapshotter, floating_buffers
+
+    torch.manual_seed(0)
+    m = case.build().to(device)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    time_block(case, "plain", m, opt, device, 1)
+    snap = Snapshotter(every=every)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        snap.take(0, list(m.parameters()), floating_buffers([m]), [opt], [], [])
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) / (every * plain_step_s)
 
 
 def state_mb(case: Case) -> float:
@@ -325,14 +335,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {case.name} | {case.size} | {lat:.2f} |", flush=True)
     if not args.no_memory:
         print()
-        print("| model | size | weights+state MB | peak RSS growth MB: plain | watch | trace | recover, snapshot every step |")
-        print("|---|---|---|---|---|---|---|")
+        print("| model | size | weights + AdamW state MB | held by watch MB | held by recover MB "
+              "| snapshot cost at every 50 steps |")
+        print("|---|---|---|---|---|---|")
         for r, case in zip(results, cases(args.quick)):
-            idx = int(r["index"])  # type: ignore[call-overload]
-            mem = {v: peak_rss_mb(idx, v, args.quick, args.device) for v in ("plain", "watch", "trace", "snapshot")}
-            r.update({f"rss_{k}": v for k, v in mem.items()})
-            print(f"| {r['model']} | {r['size']} | {state_mb(case):.1f} | {mem['plain']:.1f} | "
-                  f"{mem['watch']:.1f} | {mem['trace']:.1f} | {mem['snapshot']:.1f} |", flush=True)
+            mem = {p: held_mb(case, p, device) for p in ("raise", "recover")}
+            cost = snapshot_cost(case, device, float(r["plain_s"]))  # type: ignore[arg-type]
+            r.update({"state_mb": state_mb(case), "held_watch_mb": mem["raise"],
+                      "held_recover_mb": mem["recover"], "snapshot_cost": cost})
+            print(f"| {r['model']} | {r['size']} | {state_mb(case):.2f} | {mem['raise']:.2f} | "
+                  f"{mem['recover']:.2f} | {cost * 100:.2f} % |", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1, default=lambda o: None if isinstance(o, float) and not math.isfinite(o) else o)

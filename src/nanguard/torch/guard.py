@@ -125,6 +125,7 @@ class Guard(_autograd.BackwardListener):
         self._losses: list[torch.Tensor] = []
         self._leaves: list[torch.Tensor] | None = None
         self._names: dict[int, str] = {}
+        self._names_key: tuple[Any, ...] | None = None
         self._pending: NormCheck | None = None
         self._hidden_grads: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         self._saved_lrs: list[Any] = []
@@ -245,14 +246,19 @@ class Guard(_autograd.BackwardListener):
         return roots
 
     def _param_names(self) -> dict[int, str]:
+        """``id(parameter) -> name``, recomputed only when the set of models or the optimizer's
+        parameter count changes (it is read at every step)."""
         roots = self._roots()
-        if not self._names or len(self._names) < sum(1 for r in roots for _ in r.parameters()):
+        nparams = sum(len(g["params"]) for g in self._primary.param_groups) if self._primary else 0
+        key = (tuple(id(r) for r in roots), nparams)
+        if key != self._names_key:
             names: dict[int, str] = {}
             for r in roots:
                 base = _unwrap(r)
                 for n, p in base.named_parameters():
                     names.setdefault(id(p), n)
             self._names = names
+            self._names_key = key
         return self._names
 
     def _watched_params(self) -> list[torch.Tensor]:
@@ -646,13 +652,13 @@ class Guard(_autograd.BackwardListener):
 
     def _layer_names(self, index: list[int]) -> list[str]:
         """Names for the per-tensor norms, computed once and shared by every step's record."""
-        cached = self._names_for
-        if cached is not None and cached[0] == len(self._names) and cached[1] == index:
-            return cached[2]
         names = self._param_names()
+        cached = self._names_for
+        if cached is not None and cached[0] == id(names) and cached[1] == index:
+            return cached[2]
         params = self._watched_params()
         out = [names.get(id(params[i]), f"param{i}") if i < len(params) else f"param{i}" for i in index]
-        self._names_for = (len(self._names), list(index), out)
+        self._names_for = (id(names), list(index), out)
         return out
 
     def _num_params(self) -> int:

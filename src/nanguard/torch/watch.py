@@ -39,14 +39,15 @@ class NormCheck:
     index: list[int] = field(default_factory=list)
 
 
-def _norms(ts: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Per-tensor 2-norms as one float64 vector (on the first tensor's device)."""
+def _norms(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Per-tensor 2-norms, each a 0-dim tensor on the first tensor's device.
+
+    float32 accumulation for float16/bfloat16 (they would overflow at 65504); a norm that
+    overflows float32 on finite values is caught by the exact pass, never reported a failure.
+    """
     dev, dt = ts[0].device, ts[0].dtype
     if all(t.device == dev and t.dtype == dt for t in ts):
-        # float32 accumulation (float16/bfloat16 would overflow at 65504); a norm that overflows
-        # float32 on finite values is caught by the exact pass, never reported as a failure
-        norms = torch._foreach_norm(list(ts), 2, dtype=torch.float32 if dt in _LOW else None)
-        return torch.stack(norms).to(torch.float64)
+        return list(torch._foreach_norm(list(ts), 2, dtype=torch.float32 if dt in _LOW else None))
     out: list[torch.Tensor | None] = [None] * len(ts)
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     for i, t in enumerate(ts):
@@ -54,8 +55,8 @@ def _norms(ts: Sequence[torch.Tensor]) -> torch.Tensor:
     for (_dev, gdt), idx in groups.items():
         acc = torch.float32 if gdt in _LOW else None
         for i, n in zip(idx, torch._foreach_norm([ts[i] for i in idx], 2, dtype=acc)):
-            out[i] = n.to(dev, torch.float64)
-    return torch.stack([n for n in out if n is not None])
+            out[i] = n.to(dev, torch.float32)
+    return [n for n in out if n is not None]
 
 
 def check(
@@ -76,13 +77,15 @@ def check(
     if not tensors and not ls:
         return NormCheck(True, None), (NormCheck(True, None) if params else None)
     dev = tensors[0].device if tensors else ls[0].device
-    parts: list[torch.Tensor] = []
-    if tensors:
-        parts.append(_norms(tensors))
+    parts: list[torch.Tensor] = _norms(tensors) if tensors else []
     for x in ls:
         v = x.detach()
-        parts.append((v if v.numel() == 1 else v.sum()).reshape(1).to(dev, torch.float64))
-    vals = (parts[0] if len(parts) == 1 else torch.cat(parts)).tolist()  # the one host sync
+        v = v.reshape(()) if v.numel() == 1 else v.sum()
+        parts.append(v if v.device == dev else v.to(dev))
+    dt = parts[0].dtype
+    if any(p.dtype != dt for p in parts):
+        parts = [p.to(torch.float32) for p in parts]
+    vals = torch.stack(parts).tolist()  # the one host synchronisation of the step
     ng, npar = len(gts), len(pts)
     gper, pper, lvals = vals[:ng], vals[ng : ng + npar], vals[ng + npar :]
     gchk = _finish(gper, gi, [t for t in gts if t is not None], lvals, ls)
