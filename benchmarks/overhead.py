@@ -193,8 +193,9 @@ def measure(case: Case, variants: list[str], device: torch.device, repeats: int,
     for v in variants:  # warm up each variant once (allocator, dispatch caches)
         time_block(case, v, model, opt, device, 2)
     times: dict[str, list[float]] = {v: [] for v in variants}
-    for _ in range(repeats):
-        for v in variants:  # round-robin
+    for r in range(repeats):
+        # round-robin, starting each round at the next variant: no variant always runs first
+        for v in variants[r % len(variants):] + variants[: r % len(variants)]:
             times[v].append(time_block(case, v, model, opt, device, steps))
     return {v: statistics.median(ts) for v, ts in times.items()}
 
@@ -302,8 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    repeats = args.repeats or (3 if args.quick else 7)
-    steps = args.steps or (3 if args.quick else 10)
+    repeats = args.repeats or (3 if args.quick else 12)
+    steps = args.steps or (3 if args.quick else 15)
     variants = list(VARIANTS) + (["sherlorch"] if _sherlorch() is not None else [])
     print(f"# python benchmarks/overhead.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     print(f"# torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "

@@ -25,3 +25,17 @@ def test_overhead_benchmark_runs_and_prints_its_tables() -> None:
     for model in ("MLP", "CNN+BN", "Transformer", "LSTM"):
         assert f"| {model} | S |" in out
     assert "replay: failure → finding, in plain steps" in out
+
+
+@pytest.mark.slow
+def test_keras_overhead_benchmark_runs() -> None:
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("keras")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(
+        [sys.executable, "benchmarks/overhead_keras.py", "--quick", "--steps", "3"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "| model | size | plain fit ms/step | nanguard callback | enable_check_numerics |" in r.stdout
+    assert "| MLP | S |" in r.stdout and "| CNN+BN | S |" in r.stdout
