@@ -22,11 +22,11 @@ from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
 
-import nanguard.keras  # noqa: E402
+import nanguard.keras
 
 
 class _Timer(keras.callbacks.Callback):
