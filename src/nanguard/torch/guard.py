@@ -44,7 +44,7 @@ from ._recorder import StepRecorder
 from ._stats import all_finite, checkable, counts
 from .locator import Locator, graph_leaves
 from .replay import replay
-from .snapshot import SCALERS, SCHEDULERS, Snapshotter, floating_buffers
+from .snapshot import SCALERS, SCHEDULERS, Snapshotter, floating_buffers, module_buffers
 from .watch import NormCheck, check, check_grads, check_params
 
 __all__ = ["POLICIES", "Guard", "attach"]
@@ -606,7 +606,7 @@ class Guard(_autograd.BackwardListener):
         self.snapshots.take(
             self.step if before_update else self.step + 1,
             watched,
-            floating_buffers(roots),
+            module_buffers(roots),
             [opt] if opt is not None else [],
             self._schedulers_of(opt),
             self._scalers_all(),
@@ -759,7 +759,7 @@ class Guard(_autograd.BackwardListener):
                 Snapshotter.restore(
                     snap,
                     self._watched_params(),
-                    floating_buffers(self._roots()),
+                    module_buffers(self._roots()),
                     [opt] if opt is not None else [],
                     self._schedulers_of(opt),
                     self._scalers_all(),

@@ -159,6 +159,18 @@ SCHEDULERS: weakref.WeakSet[Any] = weakref.WeakSet()
 SCALERS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
+def module_buffers(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
+    """Every buffer (BatchNorm's ``num_batches_tracked`` too): what a snapshot restores."""
+    out: list[torch.Tensor] = []
+    seen: set[int] = set()
+    for m in modules:
+        for b in m.buffers():
+            if b is not None and id(b) not in seen and b.device.type != "meta":
+                seen.add(id(b))
+                out.append(b)
+    return out
+
+
 def floating_buffers(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
     out: list[torch.Tensor] = []
     seen: set[int] = set()
