@@ -49,6 +49,10 @@ def worker(rank: int, world: int, out: str, policy: str, port: int) -> None:
         json.dump(result, fh)
     dist.barrier()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    # skip interpreter teardown: gloo's background threads can abort a process that exits while
+    # they wind down ("terminate called without an active exception"); the results are written
+    os._exit(0)
 
 
 if __name__ == "__main__":

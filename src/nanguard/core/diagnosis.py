@@ -180,13 +180,19 @@ def _singularity(f: Finding) -> tuple[str, str, list[str]] | None:
                     if torch
                     else "logp = keras.ops.log_softmax(logits, axis=-1)  # instead of log(softmax(...))"
                 )
+            one_minus = bool(prod) and prod[0] in ("rsub", "sub") and "sigmoid" in prod
             if "sigmoid" in prod:
                 fixes.append(
                     "loss_fn = torch.nn.BCEWithLogitsLoss()  # pass logits: no log(sigmoid(...))"
                     if torch
                     else "loss_fn = keras.losses.BinaryCrossentropy(from_logits=True)"
                 )
-                fixes.append("logp = F.logsigmoid(z)  # instead of torch.log(torch.sigmoid(z))")
+                fn = "F.logsigmoid" if torch else "keras.ops.log_sigmoid"
+                fixes.append(
+                    f"log_1m_p = {fn}(-z)  # instead of log(1 - sigmoid(z))"
+                    if one_minus
+                    else f"logp = {fn}(z)  # instead of log(sigmoid(z))"
+                )
             fixes.append(
                 "torch.log(x.clamp_min(1e-12))  # keep the argument of log positive"
                 if torch
@@ -196,7 +202,9 @@ def _singularity(f: Finding) -> tuple[str, str, list[str]] | None:
                 f"{held(x, kind)}: log({'0' if kind == 'zeros' else 'x<0'}) = "
                 f"{'-inf' if kind == 'zeros' else 'nan'}"
             )
-            if "softmax" in prod or "sigmoid" in prod:
+            if one_minus:
+                why += "; its input was 1 - sigmoid(z), and sigmoid saturated to exactly 1.0"
+            elif "softmax" in prod or "sigmoid" in prod:
                 src = "softmax" if "softmax" in prod else "sigmoid"
                 why += f"; its input came from `{src}`, which underflowed to exactly 0"
             return (f"`{fwd}` of {kind[:-1] if kind == 'zeros' else 'a negative number'} {where}", why, fixes)
@@ -414,6 +422,33 @@ def diagnose(
             Cause.NONFINITE_PARAMETERS, 0.9, "the weights were already non-finite", ev, fixes
         )
 
+    # 3a. an intended -inf (a mask) became NaN: softmax over a row masked entirely -------------
+    masked = f.details.get("from_masked_inf")
+    if masked:
+        src = masked.get("source")
+        by = f"`{canonical_op(masked.get('op'))}`" + (f" at {src}" if src else "")
+        entire = op in ("softmax", "log_softmax")
+        ev = [
+            (f"`{op}` {_where(f)} received a row that is -inf everywhere (every position masked) "
+             f"and made {f.what}: softmax of only -inf is 0/0") if entire else
+            (f"`{op}` {_where(f)} turned the -inf of a mask into {f.what}"),
+            f"the -inf came from {by}: on its own it is harmless; it is this {op} that made NaN",
+        ]
+        x = _first(f)
+        if x is not None and x.neginf:
+            ev.append(f"its input held {x.neginf} -inf out of {x.numel}")
+        fixes = [
+            "scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)  # instead of float('-inf')"
+            if torch else "scores = keras.ops.where(mask, scores, -1e9)  # instead of -inf",
+            "make sure every query keeps at least one key (a padding row: mask it out of the loss, "
+            "not out of the attention)",
+        ]
+        return Diagnosis(
+            Cause.UNSAFE_OP, 0.85,
+            "a row masked entirely: softmax over only -inf" if entire else "a -inf mask became NaN",
+            ev, fixes,
+        )
+
     # 3. the code wrote an explicit NaN/Inf (a -inf mask that reached the loss, a poisoned value) ---
     const = f.details.get("constant")
     if const is not None:
@@ -601,6 +636,16 @@ def _lr_fixes(ctx: RunContext, h: History) -> list[str]:
             f"optimizer = keras.optimizers.{opt}(learning_rate={new_lr})"
             + (f"  # was {_g(lr)}" if lr else ""),
             f"optimizer = keras.optimizers.{opt}(learning_rate={new_lr}, global_clipnorm={clip:g})",
+        ]
+    lrs = h.series("lr", 500)
+    if lrs and min(lrs) > 0 and max(lrs) / min(lrs) > 1.05:
+        # the learning rate changed from step to step: a schedule (perhaps written by hand,
+        # assigning param_group["lr"]) would overwrite a new optimizer's lr — cap its peak
+        top = max(lrs)
+        return [
+            f"peak_lr = {_nice_lr(top / 4)}  # your schedule reached {_g(top)}: scale its peak down\n"
+            "for g in optimizer.param_groups:\n    g['lr'] = min(g['lr'], peak_lr)  # each step, after your schedule",
+            f"torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={clip:g})  # before optimizer.step()",
         ]
     return [
         f"optimizer = torch.optim.{opt}(model.parameters(), lr={new_lr})"

@@ -70,16 +70,25 @@ def module_names(root: nn.Module) -> dict[int, str]:
     return names
 
 
+def storage_key(t: torch.Tensor) -> int:
+    """Where ``t``'s memory starts: the same for a weight and every view of it (``W.t()``,
+    ``W[0]``, a tied weight)."""
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except Exception:  # tensors without storage (subclasses, functional tensors)
+        return -1
+
+
 def param_names(root: nn.Module) -> dict[int, str]:
-    """``data_ptr -> qualified name`` of ``root``'s parameters and floating buffers."""
+    """``storage key -> qualified name`` of ``root``'s parameters and floating buffers."""
     out: dict[int, str] = {}
     root = unwrap(root)
     for n, p in root.named_parameters(remove_duplicate=True):
         if p.device.type != "meta" and p.numel():
-            out.setdefault(p.data_ptr(), n)
+            out.setdefault(storage_key(p), n)
     for n, b in root.named_buffers(remove_duplicate=True):
         if b is not None and b.is_floating_point() and b.device.type != "meta" and b.numel():
-            out.setdefault(b.data_ptr(), n)
+            out.setdefault(storage_key(b), n)
     return out
 
 

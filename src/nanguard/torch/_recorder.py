@@ -19,6 +19,7 @@ copy of what it overwrote.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..core.source import SourceLocation, user_frame
-from ._modules import ModuleStack
+from ._modules import ModuleStack, storage_key
 
 __all__ = ["Backward", "Ref", "RootCall", "StepRecorder", "TapeOp"]
 
@@ -74,6 +75,10 @@ class TapeOp:
     rng: RngState | None = None
     n_out: int = 0
     generator: tuple[torch.Generator, torch.Tensor] | None = None  # a user Generator and its state
+    # the last step's own update, written by hand after its backward() (``W -= lr * W.grad``): its
+    # effect is in the weights this step used, and its inputs (the gradients) have changed since,
+    # so a replay must not run it again; these are the tensors it wrote
+    prelude: list[torch.Tensor] | None = None
 
 
 @dataclass
@@ -100,19 +105,26 @@ Event = TapeOp | RootCall | Backward
 
 
 def _flat(obj: Any) -> list[torch.Tensor]:
+    """Tensors in a module's inputs or outputs: nested lists, tuples, dicts and dataclasses
+    (a model returning ``Output(loss=..., logits=...)``), in a fixed order."""
     out: list[torch.Tensor] = []
 
-    def rec(o: Any) -> None:
+    def rec(o: Any, depth: int) -> None:
         if isinstance(o, torch.Tensor):
             out.append(o)
+        elif depth > 8:
+            return
         elif isinstance(o, (list, tuple)):
             for v in o:
-                rec(v)
+                rec(v, depth + 1)
         elif isinstance(o, dict):
             for v in o.values():
-                rec(v)
+                rec(v, depth + 1)
+        elif dataclasses.is_dataclass(o) and not isinstance(o, type):
+            for f in dataclasses.fields(o):
+                rec(getattr(o, f.name, None), depth + 1)
 
-    rec(obj)
+    rec(obj, 0)
     return out
 
 
@@ -150,6 +162,9 @@ class StepRecorder:
         self.enabled = True
         self.resume_tape = False  # set while a guard is attached
         self._pending_root: RootCall | None = None
+        self._forward_started = False  # has this step's forward pass begun (a model call, an op
+        # on a tensor that requires grad)?
+        self._fresh: set[int] = set()
 
     # --- tape push/pop --------------------------------------------------------------------------
     def tape_on(self) -> None:
@@ -184,6 +199,8 @@ class StepRecorder:
         self.events = []
         self.truncated = False
         self._made = WeakIdKeyDictionary()
+        self._forward_started = False
+        self._fresh = set()  # storages allocated by this step's ops before its forward
 
     def _spec(self, obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):
@@ -213,12 +230,25 @@ class StepRecorder:
         rng = RngState.capture() if info[0] else None
         sargs, skw = self._spec(args), (self._spec(kwargs) if kwargs else kwargs)
         mutated = mutated_args(func, args, kwargs) if info[1] else []
-        # an in-place op on a tensor from outside the step: keep what it overwrote
-        for t in mutated:
-            if self._made.get(t) is None:
+        external = [t for t in mutated if self._made.get(t) is None]
+        prelude = None
+        flat_args = _flat(args) if not self._forward_started else []
+        if not self._forward_started:
+            # before this step's forward pass, an in-place write into memory this step did not
+            # allocate (``p.data -= lr * p.grad`` writes through a detached alias of p) is the last
+            # step's update or gradient zeroing
+            aliased = [t for t in mutated if storage_key(t) not in self._fresh]
+            if aliased:
+                prelude = aliased
+            elif torch.is_grad_enabled() and any(getattr(a, "requires_grad", False) for a in flat_args):
+                self._forward_started = True
+        if prelude is None:
+            # an in-place op on a tensor from outside the step: keep what it overwrote
+            for t in external:
                 sargs = _replace(sargs, t, t.detach().clone())
                 skw = _replace(skw, t, t.detach().clone())
         ev = TapeOp(func, sargs, skw, torch.is_grad_enabled(), user_frame(3), rng)
+        ev.prelude = prelude
         gen = kwargs.get("generator") if kwargs else None
         if isinstance(gen, torch.Generator):
             # torch.randint(..., generator=g): the replay must draw the same numbers from g
@@ -227,12 +257,16 @@ class StepRecorder:
         out = func(*args, **kwargs)
         if idx >= 0:
             ev.n_out = self._register_outputs(idx, mutated if mutated else _flat(out))
+        if not self._forward_started:
+            ins = {storage_key(a) for a in flat_args}
+            self._fresh.update(k for k in (storage_key(t) for t in _flat(out)) if k not in ins)
         return out
 
     def root_enter(self, mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.tape_off()
         if self.paused or not self.enabled:
             return
+        self._forward_started = True
         ev = RootCall(mod, self._spec(args), self._spec(kwargs), torch.is_grad_enabled(),
                       user_frame(3), RngState.capture())
         self._pending_root = ev

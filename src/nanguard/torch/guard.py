@@ -45,7 +45,7 @@ from ._stats import all_finite, checkable, counts
 from .locator import Locator, graph_leaves
 from .replay import replay
 from .snapshot import SCALERS, SCHEDULERS, Snapshotter, floating_buffers, module_buffers
-from .watch import NormCheck, check, check_grads, check_params
+from .watch import NormCheck, check, check_params
 
 __all__ = ["POLICIES", "Guard", "attach"]
 
@@ -132,11 +132,13 @@ class Guard(_autograd.BackwardListener):
         self._handles: list[Any] = []
         self._installed = False
         self._ended_by_backward = False
+        self._backward_steps = 0  # steps counted at backward() since the last optimizer step
         self._carry_loss: float | None = None
         self._deferred: tuple[Finding, Diagnosis] | None = None
         self._buffer_copy: list[torch.Tensor] | None = None
         self._scaler_skips = 0
         self._in_opt_step = False
+        self._n_losses = 0
         self._params_due = True  # the weights are checked once before the first update too
         self._clip_norms: list[torch.Tensor] = []
         self._sinks: list[Any] = []
@@ -348,17 +350,25 @@ class Guard(_autograd.BackwardListener):
     ) -> None:
         if self._in_opt_step:
             return
-        self.recorder.paused -= 1
-        if not self.recorder.paused and not self.modules.depth:
-            self.recorder.tape_on()
-        if kind != "backward":
-            return
-        self.backward_calls += 1
-        if self._primary is not None:
-            return
-        # no optimizer (yet): backward() is the step marker; check the gradients now
+        try:
+            if kind == "backward":
+                self.backward_calls += 1
+                if self._primary is None:
+                    self._after_backward_step()
+        finally:
+            # the check's own ops are not part of the user's step: record again only after it
+            self.recorder.paused -= 1
+            if not self.recorder.paused and not self.modules.depth:
+                self.recorder.tape_on()
+
+    def _after_backward_step(self) -> None:
+        """No optimizer (yet): ``backward()`` is the step marker. Check the gradients — and the
+        weights, whose growth is the evidence for a learning rate that is too high — now."""
         leaves = self._leaves or []
-        chk = check_grads(leaves, self._losses)
+        self._n_losses = len(self._losses)
+        chk, pchk = check([p.grad for p in leaves], self._losses, leaves)
+        if self.verify and pchk is not None and not pchk.finite and self._backward_steps:
+            self.violations.append({"step": self.step - 1, "tensors": ["weights (no optimizer)"]})
         ok, bad_ranks = _dist.agree(chk.finite, leaves)
         if ok:
             self.recovery.healthy_step()
@@ -366,9 +376,10 @@ class Guard(_autograd.BackwardListener):
             self._apply_to_grads(leaves, None, chk.norm)
         else:
             self._failure(chk, leaves, bad_ranks, opt=None)
-        self._record(chk, None)
+        self._record(chk, pchk)
         self._end_step()
         self._ended_by_backward = True
+        self._backward_steps += 1
 
     # --- optimizer -----------------------------------------------------------------------------
     def _pre_step(
@@ -385,15 +396,19 @@ class Guard(_autograd.BackwardListener):
             # order: from now on the optimizer's parameters are what is restored
             self.snapshots.last = None
             self._buffer_copy = None
-            if self._ended_by_backward:
-                # the first step was counted at backward() before an optimizer was seen: this
-                # optimizer step belongs to it
-                self.step = max(0, self.step - 1)
-                popped = self.history.pop()
-                self._carry_loss = popped.loss if popped is not None else None
+            if self._backward_steps:
+                # the backward() calls before the first optimizer step were counted as steps
+                # (there might have been no optimizer at all); with gradient accumulation there
+                # are several: they all belong to this one optimizer step
+                n = self._backward_steps
+                self.step = max(0, self.step - n)
+                losses = [r.loss for r in (self.history.pop() for _ in range(n)) if r is not None]
+                finite = [v for v in losses if v is not None]
+                self._carry_loss = math.fsum(finite) if finite else None
                 for fn in self.on_step_end:
                     fn()
         self._ended_by_backward = False
+        self._backward_steps = 0
         self._leaves = None
         self.step_was_skipped = False
         params = self._opt_params(opt)
@@ -401,6 +416,7 @@ class Guard(_autograd.BackwardListener):
             return  # a closure-based optimizer (LBFGS) computes its gradients inside step()
         # with policy "raise" the weights the previous update left are checked here, in the same
         # fused check as the gradients: one host synchronisation per step
+        self._n_losses = len(self._losses)
         due = self._params_due and opt is self._primary
         # the state too: periodically, and whenever the last update's gradients were large enough
         # for their squares to overflow float32 in it (Adam's exp_avg_sq, Adagrad's sum)
@@ -623,7 +639,8 @@ class Guard(_autograd.BackwardListener):
             lr = _plain(self._primary.param_groups[0].get("lr"))
             if isinstance(lr, float):
                 lr *= self.recovery.lr_scale
-        loss = g.losses[0] if g is not None and g.losses else self._carry_loss
+        n_loss = self._n_losses if g is not None else 0
+        loss = math.fsum(g.losses[:n_loss]) if g is not None and n_loss else self._carry_loss
         self._carry_loss = None
         opt_name = type(self._primary).__name__ if self._primary is not None else None
         gnorm = g.norm if g is not None else None

@@ -36,7 +36,7 @@ from ..core.finding import Finding
 from ..core.ops import canonical_op
 from ..core.source import skip_dir, user_frame
 from . import _autograd
-from ._modules import ModuleStack, param_names
+from ._modules import ModuleStack, param_names, storage_key
 from ._stats import all_finite, checkable, counts, is_finite, iter_tensors, tensor_stats
 
 __all__ = ["Locator", "locate"]
@@ -249,10 +249,11 @@ class Locator(TorchDispatchMode):
         self.detected_by = detected_by
         self.findings: list[Finding] = []
         self.recs = _IdMap()  # non-finite tensor -> Origin
+        self.from_weights = _IdMap()  # unchecked output of a gather/embedding/cat -> weight name
         self.producers = _IdMap()  # tensor -> (op, parent op, ...), for explaining ops only
         self._pending: list[tuple[list[torch.Tensor], tuple[Any, ...]]] = []
         self._params: dict[int, str] = {}
-        self._params_for: set[int] = set()
+        self._params_for: set[int] | None = None
         self.in_optimizer = 0
         # deferred checks (flags on the device, one sync per window): always for CUDA tensors;
         # NANGUARD_DEFERRED=1 forces them on the CPU too (tests of the GPU path)
@@ -280,7 +281,7 @@ class Locator(TorchDispatchMode):
             roots.append(self.model)
         roots.extend(self.modules.roots_seen)
         key = {id(r) for r in roots}
-        if key == self._params_for and self._params:
+        if key == self._params_for:
             return
         self._params_for = key
         self._params = {}
@@ -291,13 +292,11 @@ class Locator(TorchDispatchMode):
     def param_name(self, t: torch.Tensor) -> str | None:
         if not checkable(t):
             return None
-        if not self._params:
-            self.refresh_params()
-        try:
-            ptr = t.untyped_storage().data_ptr() if t.storage_offset() == 0 else t.data_ptr()
-        except Exception:
-            return None
-        return self._params.get(t.data_ptr()) or self._params.get(ptr)
+        self.refresh_params()
+        name = self._params.get(storage_key(t))
+        if name is None and self.from_weights:
+            name = self.from_weights.get(t)  # copied out of a weight by a gather/embedding/cat
+        return name
 
     # --- phase and location ----------------------------------------------------------------------
     def _phase(self, args: Any = ()) -> tuple[str, Any]:
@@ -439,6 +438,19 @@ class Locator(TorchDispatchMode):
         if info.safe and not tracked and not defer and not kwargs and not _nonfinite_scalar(args):
             # cannot make a non-finite value from finite inputs (views, relu, softmax, ...);
             # a non-finite input from outside is classified where it is first used for arithmetic
+            # — so remember which weight an embedding lookup, a gather or a cat copied from
+            self.refresh_params()
+            if self._params:
+                for a in flat_args:
+                    if not checkable(a):
+                        continue
+                    wname = self._params.get(storage_key(a))
+                    if wname is None and self.from_weights:
+                        wname = self.from_weights.get(a)
+                    if wname is not None:
+                        for t in outs:
+                            self.from_weights[t] = wname
+                        break
             return out
 
         if defer:
@@ -617,6 +629,19 @@ class Locator(TorchDispatchMode):
                 break
         if inherited is None and constant is not None and info.packet in _PASS_THROUGH:
             return  # lift_fresh/clone of a literal: the op that uses it is the origin
+        if (
+            inherited is not None
+            and inherited.deliberate
+            and any(bool(torch.isnan(t).any()) for t in bad)
+            and not any(bool(torch.isnan(t).any()) for t in inputs if t in self.recs)
+        ):
+            # an intended -inf (a mask) is fine until an op turns it into NaN — softmax over a row
+            # that is masked entirely: that op made the value that does harm
+            mask = inherited
+            inherited = self._new_origin(func, info, args, kwargs, bad[0], pre_stats, phase, node, name)
+            inherited.finding.details["from_masked_inf"] = {
+                "op": mask.finding.op, "source": mask.finding.source, "module": mask.finding.module,
+            }
         if inherited is None:
             inherited = self._new_origin(func, info, args, kwargs, bad[0], pre_stats, phase, node, name)
             if constant is not None:

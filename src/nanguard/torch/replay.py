@@ -19,7 +19,7 @@ from torch import nn
 
 from ..core.finding import Finding
 from . import _autograd
-from ._modules import ModuleStack, unwrap
+from ._modules import ModuleStack, storage_key, unwrap
 from ._recorder import Backward, Event, Ref, RngState, RootCall, TapeOp, _flat, mutated_args
 from ._stats import checkable
 from .locator import Locator, graph_leaves
@@ -59,6 +59,7 @@ class _Values:
         self.made: dict[Ref, torch.Tensor] = {}
         self.grads: dict[int, torch.Tensor] = {}  # id(real p.grad) -> replayed gradient
         self.grad_ids: dict[int, str] = {}  # id of a replayed gradient (or its base) -> weight name
+        self._keep: list[torch.Tensor] = []
 
     def resolve(self, obj: Any, clone_ext: bool = False) -> Any:
         if isinstance(obj, Ref):
@@ -79,6 +80,7 @@ class _Values:
         return obj
 
     def add_grad(self, real: torch.Tensor, replayed: torch.Tensor, name: str) -> None:
+        self._keep.append(replayed)  # ids stay unique while the replay runs
         self.grads[id(real)] = replayed
         self.grad_ids[id(replayed)] = name
         if replayed._base is not None:  # a gradient can itself be a view (addmm's weight grad)
@@ -142,7 +144,7 @@ def replay(
                     if isinstance(ev, TapeOp):
                         _run_op(ev, i, values, loc, produced)
                     elif isinstance(ev, RootCall):
-                        _run_root(ev, i, values, loc)
+                        _run_root(ev, i, values, loc, produced)
                     elif isinstance(ev, Backward):
                         _run_backward(ev, values, loc, grad_fn)
                 except KeyError:
@@ -173,15 +175,22 @@ def replay(
 
 
 def _run_op(ev: TapeOp, i: int, values: _Values, loc: Locator, produced: set[int]) -> None:
+    if ev.prelude is not None:
+        # the last step's hand-written update: already in the weights this step used
+        for j, t in enumerate(ev.prelude):
+            values.made[Ref(i, j)] = t
+        return
     mutated_ext = bool(mutated_args(ev.func, ev.args, ev.kwargs))
     args = values.resolve(ev.args, clone_ext=mutated_ext)
     kwargs = values.resolve(ev.kwargs, clone_ext=mutated_ext)
     mut = mutated_args(ev.func, args, kwargs)
+    if mutated_ext:
+        produced.update(storage_key(t) for t in _flat([args, kwargs]))  # the fresh copies
     for t in mut:
-        # an in-place op on a view of a real tensor (the batch, a weight): its effect is already
-        # in that tensor; running it again would change the user's data
-        base = t._base
-        if base is not None and id(base) not in produced and not values.is_grad(t):
+        # an in-place op on memory the replay did not make (a view or a detached alias of the
+        # batch or a weight): its effect is already in that tensor; running it again would
+        # change the user's data
+        if storage_key(t) not in produced and not values.is_grad(t):
             for j, m in enumerate(mut):
                 values.made[Ref(i, j)] = m
             return
@@ -196,12 +205,15 @@ def _run_op(ev: TapeOp, i: int, values: _Values, loc: Locator, produced: set[int
     finally:
         loc.source_override = None
     outs = mut if mut else _flat(out)
+    ins = {storage_key(a) for a in _flat([args, kwargs])}
     for j, t in enumerate(outs):
         values.made[Ref(i, j)] = t
-        produced.add(id(t))
+        key = storage_key(t)
+        if key not in ins or key in produced:
+            produced.add(key)
 
 
-def _run_root(ev: RootCall, i: int, values: _Values, loc: Locator) -> None:
+def _run_root(ev: RootCall, i: int, values: _Values, loc: Locator, produced: set[int]) -> None:
     args = values.resolve(ev.args)
     kwargs = values.resolve(ev.kwargs)
     ev.rng.restore()
@@ -218,6 +230,7 @@ def _run_root(ev: RootCall, i: int, values: _Values, loc: Locator) -> None:
         loc.call_source = None
     for j, t in enumerate(_flat(out)):
         values.made[Ref(i, j)] = t
+        produced.add(storage_key(t))
 
 
 def _run_backward(ev: Backward, values: _Values, loc: Locator, grad_fn: Any) -> None:
