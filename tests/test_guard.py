@@ -295,3 +295,106 @@ def test_keyword_arguments_of_the_model_call_are_replayed() -> None:
     f = info.value.finding
     assert f.detected_by == "replay" and f.phase == "data"
     assert f.details["samples"] == [{"index": 3, "kind": "NaN", "features": [1]}]
+
+
+def test_nan_row_of_an_embedding_is_a_weight_not_data() -> None:
+    model = nn.Sequential(OrderedDict(embed=nn.Embedding(20, 8), rnn=nn.Flatten(), head=nn.Linear(24, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch.no_grad():
+        model.embed.weight[7, 2] = float("nan")  # as loaded from a bad checkpoint
+    tokens = torch.tensor([[1, 7, 3], [2, 4, 5]])
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        opt.zero_grad()
+        model(tokens).sum().backward()
+        opt.step()
+    f = info.value.finding
+    assert f.op == "parameter" and f.module == "embed"
+    assert info.value.diagnosis.cause is Cause.NONFINITE_PARAMETERS
+
+
+def test_dataclass_output_of_the_model_is_replayed() -> None:
+    from dataclasses import dataclass
+
+    @dataclass
+    class Out:
+        loss: torch.Tensor
+        logits: torch.Tensor
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> Out:
+            logits = self.fc(x)
+            per_item = logits.pow(2).sum(-1) * mask
+            return Out(loss=per_item.sum() / mask.sum(), logits=logits)  # mask.sum() can be 0
+
+    model = Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        opt.zero_grad()
+        model(torch.randn(5, 4), mask=torch.zeros(5)).loss.backward()
+        opt.step()
+    f = info.value.finding
+    assert (f.op, f.phase, f.module) == ("aten.div.Tensor", "forward", "")
+    assert info.value.diagnosis.cause is Cause.UNSAFE_OP
+
+
+def test_hand_written_update_without_an_optimizer_learning_rate_too_high() -> None:
+    torch.manual_seed(0)
+    x = torch.rand(64, 2) * 30
+    y = x @ torch.tensor([[0.8], [3.0]])
+    w = torch.randn(2, 8, requires_grad=True)
+    v = torch.randn(8, 1, requires_grad=True)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach():
+        for _ in range(50):
+            loss = ((x @ w @ v - y) ** 2).mean()
+            loss.backward()
+            with torch.no_grad():
+                for p in (w, v):
+                    p.data -= 3e-3 * p.grad  # far too large for unscaled inputs
+                    p.grad.zero_()
+    f, d = info.value.finding, info.value.diagnosis
+    # whichever op overflows first as the weights grow (the mean of the squared errors here)
+    assert f.phase == "forward" and f.op in ("aten.mm.default", "aten.pow.Tensor_Scalar", "aten.mean.default")
+    assert d.cause is Cause.LEARNING_RATE_TOO_HIGH
+    assert torch.isfinite(w).all()  # the replay never wrote into the real weights
+
+
+def test_softmax_of_a_row_masked_entirely_is_the_origin_not_the_mask() -> None:
+    class Attn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qk = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+            t = x.shape[1]
+            s = self.qk(x) @ x.transpose(1, 2)
+            s = s.masked_fill(torch.ones(t, t).triu(1).bool(), float("-inf"))  # causal
+            s = s.masked_fill(pad[:, None, :], float("-inf"))  # padding, masks row 0 entirely
+            return torch.softmax(s, -1) @ x
+
+    model = Attn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    pad = torch.tensor([[True, False, False, False]])
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        opt.zero_grad()
+        model(torch.randn(1, 4, 8), pad).sum().backward()
+        opt.step()
+    f, d = info.value.finding, info.value.diagnosis
+    assert f.op == "aten._softmax.default" and f.details["from_masked_inf"]["op"] == "aten.masked_fill.Scalar"
+    assert d.cause is Cause.UNSAFE_OP and "finfo" in d.fixes[0]
+
+
+def test_accumulation_before_the_first_optimizer_step_counts_one_step() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with nanguard.attach(model, opt) as guard:
+        for _ in range(3):
+            for _ in range(4):
+                F.mse_loss(model(torch.randn(4, 8)), torch.zeros(4, 1)).div(4).backward()
+            opt.step()
+            opt.zero_grad()
+    assert guard.step == 3 and len(guard.history) == 3
+    assert all(r.loss is not None and r.lr == 0.01 for r in guard.history)
