@@ -94,3 +94,14 @@ def test_the_whole_suite_matches_its_labels() -> None:
             + "\n".join(_explain(r) for r in wrong),
             pytrace=False,
         )
+
+
+@pytest.mark.slow
+def test_the_held_out_scripts_match_their_labels() -> None:
+    """14 scripts written after the suite by someone who had not read it (benchmarks/scenarios/holdout)."""
+    held_out = diagnose.discover(directory=diagnose.SCENARIOS_DIR / "holdout")
+    assert len(held_out) == 14
+    results = diagnose.run_all(held_out)
+    wrong = [r for r in results if not r.ok or r.error]
+    if wrong:
+        pytest.fail("\n".join(_explain(r) for r in wrong), pytrace=False)
