@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 
-from ..core.finding import TensorStats
+from ..core.finding import Finding, TensorStats
 
-__all__ = ["all_finite", "checkable", "counts", "is_finite", "tensor_stats"]
+__all__ = ["all_finite", "checkable", "counts", "finding_for", "is_finite", "tensor_stats"]
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
@@ -112,3 +113,15 @@ def iter_tensors(obj: object) -> Iterable[torch.Tensor]:
     elif isinstance(obj, dict):
         for o in obj.values():
             yield from iter_tensors(o)
+
+
+def finding_for(t: torch.Tensor | None, phase: str, op: str | None, **fields: Any) -> Finding:
+    """A :class:`Finding` about the non-finite values of ``t``: its dtype, shape and NaN/±Inf
+    counts filled in; every other field as given."""
+    if t is None:
+        return Finding(phase=phase, op=op, **fields)
+    nan, pinf, ninf = counts(t)
+    return Finding(
+        phase=phase, op=op, dtype=str(t.dtype).replace("torch.", ""),
+        shape=tuple(int(s) for s in t.shape), nan=nan, posinf=pinf, neginf=ninf, **fields,
+    )

@@ -41,7 +41,7 @@ from . import _autograd, _dist, _patches
 from ._modules import ModuleStack
 from ._modules import unwrap as _unwrap
 from ._recorder import StepRecorder
-from ._stats import all_finite, checkable, counts
+from ._stats import all_finite, checkable, counts, finding_for
 from .locator import Locator, graph_leaves
 from .replay import replay
 from .snapshot import SCALERS, SCHEDULERS, Snapshotter, floating_buffers, module_buffers
@@ -827,18 +827,13 @@ class Guard(_autograd.BackwardListener):
         if bad:
             g = bad[0].grad
             assert g is not None
-            nan, pinf, ninf = counts(g)
             pnames = [names.get(id(p), "?") for p in bad]
-            return Finding(
-                phase="backward",
-                op=None,
+            return finding_for(
+                g,
+                "backward",
+                None,
                 module=pnames[0].rsplit(".", 1)[0] if "." in pnames[0] else "",
                 step=self.step,
-                dtype=str(g.dtype).replace("torch.", ""),
-                shape=tuple(g.shape),
-                nan=nan,
-                posinf=pinf,
-                neginf=ninf,
                 reached="gradients",
                 detected_by="watch",
                 details={"gradients": pnames},
@@ -860,24 +855,19 @@ class Guard(_autograd.BackwardListener):
         weights, _ = self._weights(opt)
         badn = [wnames[i] for i in pchk.bad if i < len(wnames)]
         first = weights[pchk.bad[0]] if pchk.bad else weights[0]
-        nan, pinf, ninf = counts(first)
         params = [n for n in badn if ":" not in n]
         state = [n for n in badn if ":" in n]
         grads_finite = self._pending is None or self._pending.finite
         finding = self._replay_optimizer(opt, step)
         if finding is None:
             loc = user_frame(2)
-            finding = Finding(
-                phase="optimizer",
-                op=f"{type(opt).__name__}.step",
+            finding = finding_for(
+                first,
+                "optimizer",
+                f"{type(opt).__name__}.step",
                 source=loc.short if loc else None,
                 source_code=loc.code if loc else None,
                 step=step,
-                dtype=str(first.dtype).replace("torch.", ""),
-                shape=tuple(first.shape),
-                nan=nan,
-                posinf=pinf,
-                neginf=ninf,
                 reached="parameters" if params else "optimizer state",
                 detected_by="watch",
                 details={"note": "the op inside the optimizer step was not replayed (a copy of the "
@@ -904,20 +894,15 @@ class Guard(_autograd.BackwardListener):
         weights, _ = self._weights(self._primary) if self._primary is not None else ([], [])
         badn = [wnames[i] for i in pchk.bad if i < len(wnames)]
         first = weights[pchk.bad[0]] if pchk.bad and weights else None
-        nan, pinf, ninf = counts(first) if first is not None else (0, 0, 0)
         name0 = badn[0] if badn else "?"
         if not self._updated:
             self._bad_from_start.update(n.split(":")[0] for n in badn)
-        finding = Finding(
-            phase="forward",
-            op="parameter",
+        finding = finding_for(
+            first,
+            "forward",
+            "parameter",
             module=name0.rsplit(".", 1)[0] if "." in name0 else "",
             step=self.step,
-            dtype=str(first.dtype).replace("torch.", "") if first is not None else None,
-            shape=tuple(first.shape) if first is not None else (),
-            nan=nan,
-            posinf=pinf,
-            neginf=ninf,
             reached="parameters",
             detected_by="watch",
             rank=_dist.rank() if _dist.active() else None,

@@ -37,7 +37,15 @@ from ..core.ops import canonical_op
 from ..core.source import skip_dir, user_frame
 from . import _autograd
 from ._modules import ModuleStack, param_names, storage_key
-from ._stats import all_finite, checkable, counts, is_finite, iter_tensors, tensor_stats
+from ._stats import (
+    all_finite,
+    checkable,
+    counts,
+    finding_for,
+    is_finite,
+    iter_tensors,
+    tensor_stats,
+)
 
 __all__ = ["Locator", "locate"]
 
@@ -705,20 +713,15 @@ class Locator(TorchDispatchMode):
             )
 
     def _external_origin(self, t: torch.Tensor, phase: str) -> Origin:
-        nan, pinf, ninf = counts(t)
         pname = self.param_name(t) if not isinstance(t, nn.Parameter) else (self.param_name(t) or "parameter")
         if pname is not None or isinstance(t, nn.Parameter):
             mod = pname.rsplit(".", 1)[0] if pname and "." in pname else ("" if pname else None)
-            f = Finding(
-                phase=phase if phase != "data" else "forward",
-                op="parameter",
+            f = finding_for(
+                t,
+                phase if phase != "data" else "forward",
+                "parameter",
                 module=mod,
                 step=self.step,
-                dtype=_fmt_dtype(t),
-                shape=tuple(t.shape),
-                nan=nan,
-                posinf=pinf,
-                neginf=ninf,
                 detected_by=self.detected_by,
                 details={"origin": "parameter", "parameters": [pname] if pname else []},
             )
@@ -728,18 +731,14 @@ class Locator(TorchDispatchMode):
         details: dict[str, Any] = {"origin": "data", "samples": bad_samples(t)}
         if path is not None:
             details["entered"] = f"{path} ({typ})" if path else f"{typ} (top-level module)"
-        f = Finding(
-            phase="data",
-            op="input",
+        f = finding_for(
+            t,
+            "data",
+            "input",
             module=None,  # the batch was not made by a module; where it entered is in details
             source=loc.short if loc else None,
             source_code=loc.code if loc else None,
             step=self.step,
-            dtype=_fmt_dtype(t),
-            shape=tuple(t.shape),
-            nan=nan,
-            posinf=pinf,
-            neginf=ninf,
             detected_by=self.detected_by,
             details=details,
         )
@@ -758,7 +757,6 @@ class Locator(TorchDispatchMode):
         name: str,
     ) -> Origin:
         module, mtype, source, code = self._location(phase, node)
-        nan, pinf, ninf = counts(out)
         stats = []
         scalars: dict[str, Any] = {}
         deliberate = False
@@ -803,26 +801,22 @@ class Locator(TorchDispatchMode):
                 details["parameters"] = pnames
                 if module is None:
                     module = pnames[0].rsplit(".", 1)[0] if "." in pnames[0] else ""
-        f = Finding(
-            phase=phase,
-            op=name,
+        f = finding_for(
+            out,
+            phase,
+            name,
             module=module,
             module_type=mtype,
             source=source,
             source_code=code,
             grad_fn=grad_fn.split("::")[-1] if grad_fn else None,
             step=self.step,
-            dtype=_fmt_dtype(out),
-            shape=tuple(out.shape),
-            nan=nan,
-            posinf=pinf,
-            neginf=ninf,
             detected_by=self.detected_by,
             inputs=stats,
             scalars=scalars,
             details=details,
         )
-        if out.dtype in (torch.float16, torch.bfloat16) and (pinf or ninf):
+        if out.dtype in (torch.float16, torch.bfloat16) and (f.posinf or f.neginf):
             _float32_check(func, args, kwargs, f)
         return Origin(f, deliberate=deliberate)
 
@@ -879,19 +873,14 @@ class Locator(TorchDispatchMode):
         if best is None:
             # accumulated into an already non-finite .grad, or made outside the locator
             leaf, g = bad[0]
-            nan, pinf, ninf = counts(g)
             pname = self.param_name(leaf)
             best = Origin(
-                Finding(
-                    phase="backward",
-                    op=None,
+                finding_for(
+                    g,
+                    "backward",
+                    None,
                     module=pname.rsplit(".", 1)[0] if pname and "." in pname else None,
                     step=self.step,
-                    dtype=_fmt_dtype(g),
-                    shape=tuple(g.shape),
-                    nan=nan,
-                    posinf=pinf,
-                    neginf=ninf,
                     detected_by=self.detected_by,
                     details={"note": "the gradient was non-finite before this backward pass"},
                 )
