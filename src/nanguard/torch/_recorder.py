@@ -138,7 +138,9 @@ class _Tape(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         rec = self.rec
-        if rec.paused or rec.modules.depth:
+        if rec.paused or rec.modules.depth or getattr(func, "namespace", None) == "profiler":
+            # profiler ops: the ``record_function`` that ``optimizer.step()`` opens before its
+            # hooks run (and so before the tape is paused) changes nothing a replay needs
             return func(*args, **kwargs)
         return rec._tape_op(func, args, kwargs)
 

@@ -664,6 +664,7 @@ class Guard(_autograd.BackwardListener):
         self.history.append(rec)
 
     _event_tag: str | None = None
+    _copy_size: tuple[tuple[int, int, int, int], int] | None = None
     _n_params: int | None = None
     _names_for: tuple[int, list[int], list[str]] | None = None
 
@@ -922,8 +923,13 @@ class Guard(_autograd.BackwardListener):
             self._step_times.append(now - self._last_pre)
             del self._step_times[:-20]
         self._last_pre = now
-        states = [v for p in params for v in opt.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
-        nbytes = sum(t.numel() * t.element_size() for t in [*params, *states]) * 2
+        # sizes change only when the state fills in (or a model is cast): measured again then,
+        # and every 256 steps
+        key = (id(opt), len(params), len(opt.state), self.step // 256)
+        if self._copy_size is None or self._copy_size[0] != key:
+            states = [v for p in params for v in opt.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
+            self._copy_size = (key, sum(t.numel() * t.element_size() for t in [*params, *states]) * 2)
+        nbytes = self._copy_size[1]
         if nbytes > 64 << 20:
             self._pre_copy = None
             return
