@@ -7,8 +7,8 @@ Usage::
     python benchmarks/overhead.py --device cuda   # on a GPU (see benchmarks/gpu_check.sh)
 
 For each model and size, the variants run round-robin (A B C A B C …, so drift of the machine
-cancels out), each timing a block of training steps; the table gives the median step time of
-each variant as a ratio to plain training. Timing is never asserted anywhere: this prints numbers.
+cancels out), each running a block of training steps timed one by one; the table gives the median
+step time of each variant (over all its blocks) as a ratio to plain training. Timing is never asserted anywhere: this prints numbers.
 """
 
 from __future__ import annotations
@@ -169,21 +169,30 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def time_block(case: Case, variant: str, model: nn.Module, opt: torch.optim.Optimizer,
-               device: torch.device, steps: int) -> float:
-    """Median-free: time ``steps`` steps of one variant, return seconds per step."""
+def step_times(case: Case, variant: str, model: nn.Module, opt: torch.optim.Optimizer,
+               device: torch.device, steps: int) -> list[float]:
+    """Seconds of each of ``steps`` training steps of one variant, timed one by one (a device
+    synchronisation after each on CUDA, for every variant alike). The first step of a block pays
+    for attaching the variant, which a real run pays once: the median leaves it out."""
     batches = [case.batch(device) for _ in range(steps)]
+    out: list[float] = []
     with variant_ctx(variant, model, opt):
-        _sync(device)
-        t0 = time.perf_counter()
         for x, y in batches:
+            _sync(device)
+            t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             loss = case.loss(model(x), y)
             loss.backward()
             opt.step()
-        _sync(device)
-        dt = time.perf_counter() - t0
-    return dt / steps
+            _sync(device)
+            out.append(time.perf_counter() - t0)
+    return out
+
+
+def time_block(case: Case, variant: str, model: nn.Module, opt: torch.optim.Optimizer,
+               device: torch.device, steps: int) -> float:
+    """The median time of one step over a block of ``steps`` steps of one variant."""
+    return statistics.median(step_times(case, variant, model, opt, device, steps))
 
 
 def measure(case: Case, variants: list[str], device: torch.device, repeats: int, steps: int) -> dict[str, float]:
@@ -191,12 +200,12 @@ def measure(case: Case, variants: list[str], device: torch.device, repeats: int,
     model = case.build().to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for v in variants:  # warm up each variant once (allocator, dispatch caches)
-        time_block(case, v, model, opt, device, 2)
+        step_times(case, v, model, opt, device, 2)
     times: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(repeats):
         # round-robin, starting each round at the next variant: no variant always runs first
         for v in variants[r % len(variants):] + variants[: r % len(variants)]:
-            times[v].append(time_block(case, v, model, opt, device, steps))
+            times[v] += step_times(case, v, model, opt, device, steps)
     return {v: statistics.median(ts) for v, ts in times.items()}
 
 
