@@ -39,3 +39,16 @@ def test_keras_overhead_benchmark_runs() -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     assert "| model | size | plain fit ms/step | nanguard callback | enable_check_numerics |" in r.stdout
     assert "| MLP | S |" in r.stdout and "| CNN+BN | S |" in r.stdout
+
+
+@pytest.mark.slow
+def test_watch_profile_prints_the_parts_and_the_ablation() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(
+        [sys.executable, "benchmarks/watch_profile.py", "--steps", "3", "--repeats", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    for part in ("| zero_grad |", "| forward |", "| loss |", "| backward |", "| step |", "| **all** |"):
+        assert part in r.stdout
+    assert "| + the tape of ops outside modules |" in r.stdout
