@@ -203,6 +203,48 @@ def test_mixed_precision_loss_scale_skips_are_not_failures_but_a_nan_batch_is() 
     assert f.details["note"] == "the loss itself is not finite: no loss scale can fix it"
 
 
+def test_float16_cast_of_raw_counts_is_low_precision_not_initialization() -> None:
+    # mixed_float16 casts the float32 input to float16 inside the first layer: 65535 overflows
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        x = np.full((64, 16, 1), 30000.0, dtype="float32")
+        x[5, 3, 0] = 65535.0  # a raw uint16 reading
+        y = np.zeros((64, 1), dtype="float32")
+        inp = keras.Input((16, 1))
+        h = keras.layers.Conv1D(4, 3, activation="relu", name="conv")(inp)
+        out = keras.layers.Dense(1, dtype="float32", name="head")(keras.layers.Flatten()(h))
+        model = keras.Model(inp, out, name="sensor")
+        model.compile(keras.optimizers.Adam(1e-3), "mse")
+        with pytest.raises(NonFiniteError) as info:
+            model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0, callbacks=[nk.NanGuard()])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    f, d = info.value.finding, info.value.diagnosis
+    assert (f.op, f.phase, f.module, f.dtype, f.step) == ("Cast", "forward", "sensor/conv", "float16", 0)
+    assert f.details["float32_finite"] is True
+    assert d is not None and d.cause is Cause.LOW_PRECISION_OVERFLOW
+    assert any("6.554e+04" in e and "6.55e+04" in e for e in d.evidence)  # 65535 vs 65504, told apart
+
+
+def test_a_loss_scale_that_needs_more_than_ten_halvings_is_still_the_optimizers_business() -> None:
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        rng = np.random.default_rng(0)
+        x = (rng.standard_normal((512, 8)) * 20).astype("float32")
+        y = (np.abs(x).sum(1, keepdims=True) * 3).astype("float32")
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="fc1"),
+                                  keras.layers.Dense(1, dtype="float32", name="head")], name="m")
+        model.compile(keras.optimizers.SGD(1e-7), "mse")
+        cb = nk.NanGuard()
+        hist = model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[cb])
+        scale = float(model.optimizer.dynamic_scale.numpy())
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    skips = sum(1 for r in cb.history if r.event == "scaler-skip")
+    assert cb.findings == [] and skips > 10  # 12 halvings from 2**15 to 8; 10 is the skip limit
+    assert 1.0 < scale < 2.0**15 and all(math.isfinite(v) for v in hist.history["loss"])
+
+
 def test_sqrt_at_zero_is_found_in_backward_in_a_custom_loop() -> None:
     x, y = _data(n=64)
     x[8:16] = 0.0  # sqrt(sum(0)) = 0: finite forward, infinite derivative

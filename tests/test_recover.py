@@ -232,6 +232,41 @@ def test_grad_scaler_skips_are_not_failures() -> None:
     assert scaler.get_scale() < 2.0**127
 
 
+def test_grad_scaler_may_halve_its_scale_many_times_before_it_is_a_failure() -> None:
+    # scaled gradients overflow float32 until the scale is below ~2**93: 30+ skips in a row
+    torch.manual_seed(0)
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-12)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**127)
+    with nanguard.attach(model, opt, policy="raise") as guard:
+        for _ in range(45):
+            opt.zero_grad()
+            loss = F.mse_loss(model(torch.randn(8, 8)), torch.full((8, 1), 1e10))
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+    skips = sum(1 for r in guard.history if r.event == "scaler-skip")
+    assert guard.findings == [] and skips > guard.recovery.max_consecutive_skips
+    assert 1.0 < scaler.get_scale() < 2.0**100
+
+
+def test_grad_scaler_that_reached_scale_one_and_still_overflows_is_a_failure() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
+    x = torch.randn(8, 8)
+    with pytest.raises(nanguard.NonFiniteError) as info, nanguard.attach(model, opt) as guard:
+        for _ in range(10):
+            opt.zero_grad()
+            loss = (model(x) * 1e25).pow(2).mean()  # +inf in float32 at any scale, never NaN
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+    assert info.value.finding.step == 4  # scales 16, 8, 4, 2 skipped; at 1 it is given up on
+    assert [r.event for r in guard.history][:4] == ["scaler-skip"] * 4
+    assert "(scale 1): the gradients overflow even unscaled" in info.value.finding.details["note"]
+
+
 def test_grad_scaler_with_a_nan_loss_is_a_failure() -> None:
     model = _mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

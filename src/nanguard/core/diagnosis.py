@@ -92,6 +92,17 @@ def _g(x: float | None) -> str:
     return f"{x:.3g}"
 
 
+def _above_max(f32: float, dtype: str) -> str:
+    """'in float32 … up to 65535, above the float16 maximum 65504' — with as many digits as it
+    takes to tell the two apart."""
+    top = _LOW_PRECISION[dtype]
+    digits = 3
+    while digits < 9 and f"{f32:.{digits}g}" == f"{top:.{digits}g}":
+        digits += 1
+    return (f"in float32 the same op gives values up to {f32:.{digits}g}, above the {dtype} maximum "
+            f"{top:.{digits}g}")
+
+
 def _nice_lr(lr: float) -> str:
     """A round learning rate a person would type: 2.5, 0.001, 3e-05."""
     if lr <= 0 or not math.isfinite(lr):
@@ -568,8 +579,7 @@ def diagnose(
         if f32_finite or (f32 is not None and f32 > _LOW_PRECISION[dtype]):
             ev = [
                 f"`{op}` {_where(f)} produced {f.what}",
-                f"in float32 the same op gives values up to {_g(f32)}, above the {dtype} maximum "
-                f"{_g(_LOW_PRECISION[dtype])}" if f32 is not None else "in float32 the same op stays finite",
+                _above_max(f32, dtype) if f32 is not None else "in float32 the same op stays finite",
             ]
             fixes = [
                 "with torch.autocast('cuda', dtype=torch.bfloat16):  # bf16 has float32's range"

@@ -27,7 +27,7 @@ from .config import POLICIES
 from .diagnosis import Diagnosis
 from .taxonomy import Cause
 
-__all__ = ["Action", "Recovery"]
+__all__ = ["Action", "Recovery", "loss_scale_gave_up"]
 
 _ROLLBACK = {Cause.LEARNING_RATE_TOO_HIGH, Cause.EXPLODING_GRADIENTS, Cause.OPTIMIZER_STATE}
 _UNFIXABLE = {
@@ -185,3 +185,21 @@ class Recovery:
 
     def attempts(self) -> list[str]:
         return [f"step {r['step']}: {r['description']}" for r in self.recoveries]
+
+
+#: a loss scaler that keeps skipping is given up on after this many skips in a row, whatever
+#: its scale (from 2**16, 64 halvings reach 2**-48: nothing in float16 is that small)
+MAX_SCALER_SKIPS = 64
+
+
+def loss_scale_gave_up(scale: float | None, skips: int, max_skips: int) -> bool:
+    """After a dynamic loss scaler (``torch.amp.GradScaler``, Keras' ``LossScaleOptimizer``)
+    skipped ``skips`` steps in a row: has it run out of room? While its ``scale`` is above 1 it
+    can still halve its way under the overflow (from the default 2**15 or 2**16 that takes up to
+    16 skips), which is its own business, not a failure. At or below 1 the unscaled float16
+    values themselves overflow. ``scale=None`` (unreadable): ``max_skips`` in a row."""
+    if skips >= MAX_SCALER_SKIPS:
+        return True
+    if scale is None or scale != scale:  # unknown or NaN
+        return skips >= max_skips
+    return scale <= 1.0

@@ -37,7 +37,7 @@ from ..core.errors import GiveUpError, NonFiniteError
 from ..core.finding import Finding
 from ..core.history import History, StepRecord
 from ..core.ops import update_norm_estimate
-from ..core.policy import Action, Recovery
+from ..core.policy import Action, Recovery, loss_scale_gave_up
 from ..core.source import user_frame
 from . import _patches
 from ._compat import keras, unwrap_optimizer, var_path
@@ -328,7 +328,8 @@ class KerasGuard:
             return "none"
         self._scaler_skips += 1
         bad_loss = self._loss_metric_nonfinite()
-        if not bad_loss and self._scaler_skips < self.recovery.max_consecutive_skips:
+        scale = _used_scale(opts[0])
+        if not bad_loss and not loss_scale_gave_up(scale, self._scaler_skips, self.recovery.max_consecutive_skips):
             # the scaled gradients overflowed and the optimizer lowers its scale: its business
             self.step_was_skipped = True
             self._event = "scaler-skip"
@@ -342,7 +343,8 @@ class KerasGuard:
         note = (
             "the loss itself is not finite: no loss scale can fix it"
             if bad_loss
-            else f"LossScaleOptimizer skipped {self._scaler_skips} steps in a row: no loss scale helps"
+            else f"LossScaleOptimizer skipped {self._scaler_skips} steps in a row"
+            + (f" (scale {scale:.3g}): the gradients overflow even unscaled" if scale is not None else "")
         )
         self._scaler_skips = 0
         self._before_update_failure(st, fake, prepare, note=note)
@@ -747,3 +749,16 @@ def attach(
         on_unfixable=on_unfixable,
     ).install()
 
+
+
+def _used_scale(wrapper: Any) -> float | None:
+    """The loss scale a ``LossScaleOptimizer`` used for the step it just skipped (it has already
+    halved its ``dynamic_scale`` for the next one); ``None`` when it cannot be read."""
+    var = getattr(wrapper, "dynamic_scale", None)
+    if var is None:
+        return None
+    try:
+        v = 2.0 * float(var.numpy() if hasattr(var, "numpy") else var)
+    except Exception:
+        return None
+    return v if math.isfinite(v) else None

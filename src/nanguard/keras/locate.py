@@ -672,10 +672,11 @@ def _float32_check(op_type: str, inputs: Sequence[Any], attrs: Any, f: Finding) 
     from tensorflow.python.eager import context, execute
 
     try:
-        attrs = tuple(attrs or ())
+        # dtype attributes come as enums or as ``tf.DType`` (Cast's ``DstT``): enums for the re-run
+        attrs = tuple(v.as_datatype_enum if isinstance(v, tf.DType) else v for v in (attrs or ()))
         new_attrs = tuple(
             tf.float32.as_datatype_enum if (i % 2 == 1 and isinstance(v, int) and not isinstance(v, bool)
-                                            and v in _LOW_ENUMS and attrs[i - 1] in ("T", "dtype", "Tout"))
+                                            and v in _LOW_ENUMS and attrs[i - 1] in ("T", "dtype", "Tout", "DstT"))
             else v
             for i, v in enumerate(attrs)
         )

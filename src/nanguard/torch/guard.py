@@ -35,7 +35,7 @@ from ..core.errors import GiveUpError, NonFiniteError
 from ..core.finding import Finding
 from ..core.history import History, StepRecord
 from ..core.ops import update_norm_estimate
-from ..core.policy import Recovery
+from ..core.policy import Recovery, loss_scale_gave_up
 from ..core.source import user_frame
 from . import _autograd, _dist, _patches
 from ._modules import ModuleStack
@@ -551,7 +551,10 @@ class Guard(_autograd.BackwardListener):
             return
         self._scaler_skips += 1
         nan_loss = any(bool(torch.isnan(x).any()) for x in self._losses)
-        if not nan_loss and self._scaler_skips < self.recovery.max_consecutive_skips:
+        scale = _scale(scaler)
+        if not nan_loss and not loss_scale_gave_up(
+            scale if math.isfinite(scale) else None, self._scaler_skips, self.recovery.max_consecutive_skips
+        ):
             # the scaler's own business: its loss scale overflowed, it lowers the scale
             self.step_was_skipped = True
             self._event_tag = "scaler-skip"
@@ -564,7 +567,8 @@ class Guard(_autograd.BackwardListener):
         reason = (
             "the loss is NaN: no loss scale can fix it"
             if nan_loss
-            else f"GradScaler skipped {self._scaler_skips} steps in a row (scale {_scale(scaler):.3g})"
+            else f"GradScaler skipped {self._scaler_skips} steps in a row (scale {scale:.3g}): "
+            "the gradients overflow even unscaled"
         )
         try:
             self._failure(chk, params, [], opt=optimizer, note=reason)
