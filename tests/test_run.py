@@ -106,6 +106,29 @@ def test_policy_skip_keeps_the_run_going(tmp_path: Path) -> None:
     assert r.stdout.count("step") == 5
     log = json.loads((tmp_path / "log.json").read_text())
     assert log["status"] == "recovered" and len(log["recoveries"]) == 5
+    # what the policy did is said at the end, not only in the log file
+    assert "the run finished after 5 steps; it met non-finite values at 5 steps (policy skip)" in r.stderr
+    assert "steps 0–4: unsafe-op → skip (×5)" in r.stderr
+    assert "in all: 0 rollbacks, 0 batches dropped, 5 skipped" in r.stderr
+
+
+def test_policy_recover_says_what_it_changed(tmp_path: Path) -> None:
+    _script(tmp_path, """
+        import torch, torch.nn as nn, torch.nn.functional as F
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=10.0)  # far too high
+        x, y = torch.randn(64, 8), torch.randn(64, 1)
+        for step in range(30):
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+    """)
+    r = _ng(tmp_path, "--policy", "recover", "train.py")
+    assert r.returncode == 0, r.stderr
+    assert "(policy recover):" in r.stderr and "learning-rate-too-high → rollback" in r.stderr
+    assert "the learning rate is now ×" in r.stderr and "the run log: nanguard run --json PATH" in r.stderr
 
 
 def test_other_exceptions_keep_their_traceback_and_status(tmp_path: Path) -> None:

@@ -262,6 +262,15 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
         if err_to_print is not None:
             sys.stdout.flush()
             _print_finding(err_to_print, sys.stderr)
+        elif log.status == "recovered":
+            from .core.render import recovery_summary
+
+            text = recovery_summary(log.steps, log.recoveries, len(log.events), opts.policy)
+            if text:
+                sys.stdout.flush()
+                print(text + ("" if opts.json_path or opts.report_path else
+                              "\n  the run log: nanguard run --json PATH (or --report PATH)"),
+                      file=sys.stderr)
         if opts.json_path:
             log.write(opts.json_path)
         if opts.report_path:

@@ -7,7 +7,7 @@ non-terminal output); :func:`finding_panel` gives a rich panel for terminals.
 from __future__ import annotations
 
 import textwrap
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .ops import canonical_op
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .diagnosis import Diagnosis
     from .finding import Finding
 
-__all__ = ["finding_panel", "format_finding", "headline"]
+__all__ = ["finding_panel", "format_finding", "headline", "recovery_summary"]
 
 _PHASE_WORDS = {
     "data": "in the input data",
@@ -121,3 +121,54 @@ def finding_panel(f: Finding, d: Diagnosis | None = None) -> RenderableType:
                 parts.append(Syntax(fix, "python", theme="ansi_dark", background_color="default"))
     title = f"nanguard · {f.phase} · {canonical_op(f.op) or f.phase}"
     return Panel(Group(*parts), title=title, border_style="red", expand=False)
+
+
+def recovery_summary(
+    steps: int,
+    recoveries: list[dict[str, Any]],
+    n_events: int,
+    policy: str,
+    max_lines: int = 8,
+) -> str | None:
+    """What a run that finished under ``skip`` or ``recover`` did about its non-finite steps, in
+    a few lines (runs of the same action are folded: ``steps 0–47: nonfinite-input → drop batch
+    (×36)``); ``None`` when there was nothing. Printed at the end of ``nanguard run``: a learning
+    rate cut by 100 or a third of the data dropped must not go unnoticed."""
+    if not recoveries and not n_events:
+        return None
+    groups: list[list[dict[str, Any]]] = []
+    for r in recoveries:
+        key = (r.get("cause"), r.get("description"))
+        if groups and (groups[-1][0].get("cause"), groups[-1][0].get("description")) == key:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    n_bad = len(recoveries) or n_events
+    lines = [f"nanguard: the run finished after {steps:,} steps; it met non-finite values at "
+             f"{n_bad} step{'s' if n_bad != 1 else ''} (policy {policy}):"]
+    for g in groups[:max_lines]:
+        first, last = g[0].get("step"), g[-1].get("step")
+        where = f"step {first}" if len(g) == 1 else f"steps {first}–{last}"
+        what = f"{g[0].get('cause') or '?'} → {g[0].get('description') or g[0].get('action')}"
+        if len(g) > 1:
+            what += f" (×{len(g)})"
+        lost = sum(int(r.get("steps_lost") or 0) for r in g)
+        if lost:
+            what += f", {lost} step{'s' if lost != 1 else ''} lost"
+        lines.append(f"  {where}: {what}")
+    if len(groups) > max_lines:
+        lines.append(f"  … and {len(groups) - max_lines} more")
+    rollbacks = sum(1 for r in recoveries if r.get("action") == "rollback")
+    dropped = sum(1 for r in recoveries if r.get("action") == "drop_batch")
+    skipped = sum(1 for r in recoveries if r.get("action") == "skip") or (
+        n_events if not recoveries else 0)
+    totals = [f"{rollbacks} rollback{'s' if rollbacks != 1 else ''}",
+              f"{dropped} batch{'es' if dropped != 1 else ''} dropped", f"{skipped} skipped"]
+    scale = next((r["lr_scale"] for r in reversed(recoveries) if r.get("lr_scale") is not None), None)
+    if scale is not None and scale != 1:
+        totals.append(f"the learning rate is now ×{scale:.3g} the script's")
+    clip = next((r["clip_norm"] for r in reversed(recoveries) if r.get("clip_norm") is not None), None)
+    if clip is not None:
+        totals.append(f"gradients clipped at {clip:.3g}")
+    lines.append("  in all: " + ", ".join(totals))
+    return "\n".join(lines)
