@@ -302,3 +302,69 @@ def test_odd_tensors_and_outputs_do_not_crash_or_report() -> None:
         res["out"][0].sum().backward()
         opt.step()
     assert loc.findings == []
+
+
+class SqrtReLU(torch.autograd.Function):
+    """A hand-written activation whose backward forgets that its output can be 0."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        out = torch.sqrt(torch.clamp(x, min=0))
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (out,) = ctx.saved_tensors
+        return grad_out * 0.5 / out  # the line to fix: x/0 where the unit is off
+
+
+class SqrtAct(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return SqrtReLU.apply(x)
+
+
+def _custom_fn_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(OrderedDict(fc=nn.Linear(8, 16), act=SqrtAct(), head=nn.Linear(16, 1)))
+
+
+def _backward_line() -> int:
+    import inspect
+
+    src, start = inspect.getsourcelines(SqrtReLU.backward)
+    return start + next(i for i, line in enumerate(src) if "grad_out * 0.5 / out" in line)
+
+
+def test_custom_autograd_function_backward_is_named_with_its_line_and_module() -> None:
+    model = _custom_fn_net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(32, 8)
+
+    def step() -> None:
+        with nanguard.attach(model, opt):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+
+    with pytest.raises(NonFiniteError) as info:
+        step()
+    f, d = info.value.finding, info.value.diagnosis
+    assert (f.op, f.phase, f.module, f.grad_fn) == ("aten.div.Tensor", "backward", "act", "SqrtReLUBackward")
+    assert f.details["custom_function"] == "SqrtReLU"
+    assert f.source is not None and f.source.endswith(f"test_locate.py:{_backward_line()}")
+    # the hand-written backward is judged as written: a division by zero, not an overflow
+    assert d is not None and d.cause is nanguard.Cause.UNSAFE_OP and "division by zero" in d.summary
+    assert "(the hand-written backward of your autograd.Function `SqrtReLU`" in str(info.value)
+
+
+def test_custom_autograd_function_backward_under_locate() -> None:
+    model = _custom_fn_net()
+
+    def run() -> None:
+        with nanguard.locate(model):
+            model(torch.randn(32, 8)).sum().backward()
+
+    f = _find(run)
+    assert (f.op, f.phase, f.module, f.grad_fn) == ("aten.div.Tensor", "backward", "act", "SqrtReLUBackward")
+    assert f.source is not None and f.source.endswith(f":{_backward_line()}")

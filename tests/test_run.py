@@ -229,3 +229,31 @@ def test_python_dash_m_and_env_policy(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "nanguard", "run", "train.py"], cwd=tmp_path,
                        capture_output=True, text=True, env={**ENV, "NANGUARD_POLICY": "bogus"}, timeout=120)
     assert r.returncode == 2 and "NANGUARD_POLICY='bogus'" in r.stderr
+
+
+def test_trace_names_the_op_in_a_custom_function_backward_before_the_guard_fires(tmp_path: Path) -> None:
+    # no optimizer: backward() is the step marker, and the guard's own check runs after it too
+    _script(tmp_path, """
+        import torch, torch.nn as nn
+        class Inv(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                out = torch.relu(x)
+                ctx.save_for_backward(out)
+                return out
+            @staticmethod
+            def backward(ctx, g):
+                (out,) = ctx.saved_tensors
+                return g / out
+        class Act(nn.Module):
+            def forward(self, x):
+                return Inv.apply(x)
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), Act(), nn.Linear(8, 1))
+        model(torch.randn(16, 4)).sum().backward()
+    """)
+    r = _ng(tmp_path, "--trace", "--json", "log.json", "train.py")
+    assert r.returncode == 3, r.stderr
+    (ev,) = json.loads((tmp_path / "log.json").read_text())["events"]
+    assert (ev["op"], ev["phase"], ev["module"], ev["grad_fn"]) == ("aten.div.Tensor", "backward", "1", "InvBackward")
+    assert ev["source"] == "train.py:12" and ev["cause"] == "unsafe-op" and ev["detected_by"] == "trace"

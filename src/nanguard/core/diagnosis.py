@@ -181,7 +181,8 @@ def _singularity(f: Finding) -> tuple[str, str, list[str]] | None:
         n = s.zeros if what == "zeros" else s.negatives
         return f"the input of `{fwd}` held {n} {what} out of {s.numel}"
 
-    if f.phase != "backward":
+    # a custom autograd.Function's backward is user code: its ops are judged as written
+    if f.phase != "backward" or f.details.get("custom_function"):
         if op in ("log", "log2", "log10") and (zeros(x) or neg(x)):
             kind = "zeros" if zeros(x) else "negatives"
             fixes: list[str] = []

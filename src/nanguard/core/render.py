@@ -43,7 +43,9 @@ def _rows(f: Finding) -> list[tuple[str, str]]:
     else:
         rows.append(("op", f"{f.op}  → {f.what}"))
     if f.grad_fn:
-        rows.append(("autograd", f"{f.grad_fn} (backward of the forward op below)"))
+        fn = f.details.get("custom_function")
+        rows.append(("autograd", f"{f.grad_fn} (the hand-written backward of your autograd.Function "
+                                 f"`{fn}`, line below)" if fn else f"{f.grad_fn} (backward of the forward op below)"))
     if f.phase == "data" and f.details.get("entered"):
         rows.append(("entered", f"{f.details['entered']}: the first module that received it"))
     else:

@@ -84,7 +84,9 @@ def _make_wrapper(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         result = fn(tensors, *args, **kwargs)
         _local.busy = True
         try:
-            for lis in listeners:
+            # last registered, first to see the result (as nested context managers exit): a
+            # tracer added on top of a guard names the origin before the guard's check fires
+            for lis in reversed(listeners):
                 lis.after(kind, roots, inputs_l, result)
         finally:
             _local.busy = False

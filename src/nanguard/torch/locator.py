@@ -340,10 +340,11 @@ class Locator(TorchDispatchMode):
         """(module path, module type, source "file:line", code line)."""
         if phase == "backward":
             meta = node.metadata.get(_META_KEY) if node is not None else None
-            if meta is not None:
-                path, typ, loc = meta
-                return path, typ, (loc.short if loc else None), (loc.code if loc else None)
-            return None, None, None, None
+            path, typ, loc = meta if meta is not None else (None, None, None)
+            if custom_function(node) is not None:
+                # a hand-written ``backward`` is user code: the line running now is the one to fix
+                loc = self._where()[2] or loc  # as captured when the op ran (deferred checks)
+            return path, typ, (loc.short if loc else None), (loc.code if loc else None)
         path, typ, loc = self._where()
         return path, typ, (loc.short if loc else None), (loc.code if loc else None)
 
@@ -357,6 +358,22 @@ class Locator(TorchDispatchMode):
         if loc is None:
             loc = user_frame(4, self.frame_stop) or self.call_source
         return path, typ, loc
+
+    def tag_module_output(self, mod: nn.Module, output: Any) -> None:
+        """When a module's ``forward`` returns (a module hook): name the module on the autograd
+        nodes of its outputs that no op tagged — a custom ``torch.autograd.Function`` runs its
+        ops with grad mode off, so its node is made by ``apply``, after them."""
+        if self._pending:
+            self._flush_pending()
+        loc = None
+        for t in _flat(output):
+            gf = t.grad_fn if isinstance(t, torch.Tensor) else None
+            md: dict[str, Any] | None = gf.metadata if gf is not None else None  # type: ignore[assignment]
+            if md is None or _META_KEY in md:
+                continue
+            if loc is None:
+                loc = user_frame(3, self.frame_stop) or self.call_source
+            md[_META_KEY] = (self.modules.path_of(mod), type(mod).__name__, loc)
 
     def _flush_pending(self) -> None:
         if not self._pending:
@@ -468,7 +485,8 @@ class Locator(TorchDispatchMode):
             self._window.append(_Deferred(
                 func, info, args, kwargs, outs, mutated, pre_flags, pre_stats,
                 torch.stack([torch.isfinite(t).all() for t in outs]), phase, node,
-                self._where() if node is None else None,
+                # the place: of the op itself, or (a hand-written backward) of the line running
+                self._where() if node is None or custom_function(node) is not None else None,
             ))
             if len(self._window) >= _WINDOW:
                 self.flush()
@@ -784,6 +802,9 @@ class Locator(TorchDispatchMode):
                     deliberate = True
         grad_fn = node.name() if node is not None else None
         details: dict[str, Any] = {}
+        fn_name = custom_function(node) if phase == "backward" else None
+        if fn_name is not None:
+            details["custom_function"] = fn_name  # the op ran in its hand-written backward
         if deliberate:
             # made from an explicit inf/nan argument (masked_fill(mask, -inf), full(..., nan))
             details["constant"] = next(
@@ -887,6 +908,13 @@ class Locator(TorchDispatchMode):
             )
         names = [n for n in (self.param_name(leaf) for leaf, _ in bad) if n]
         self._reached(best, "gradients", gradients=names)
+
+
+def custom_function(node: Any) -> str | None:
+    """The class name of a user's ``torch.autograd.Function`` whose backward ``node`` runs, or
+    ``None`` for PyTorch's own nodes."""
+    cls = getattr(node, "_forward_cls", None) if node is not None else None
+    return getattr(cls, "__name__", None) if isinstance(cls, type) else None
 
 
 def _float32_check(func: Any, args: Sequence[Any], kwargs: dict[str, Any], f: Finding) -> None:
@@ -1021,6 +1049,7 @@ def locate(model: nn.Module | None = None, *, step: int | None = None) -> Iterat
         loc.post_backward = False
 
     stack.on_enter = on_enter
+    stack.on_exit = loc.tag_module_output
     stack.install()
     bh = _autograd.add_backward_listener(_LocateListener(loc))
     oh = _autograd.add_optimizer_listener(loc.optimizer_pre, loc.optimizer_post)

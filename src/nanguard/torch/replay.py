@@ -119,6 +119,7 @@ def replay(
     scale: list[tuple[str, float]] = []
 
     def on_exit(mod: nn.Module, output: Any) -> None:
+        loc.tag_module_output(mod, output)
         ts = [t for t in _flat(output) if checkable(t)]
         if ts and len(scale) < 512:
             try:

@@ -48,6 +48,7 @@ class TorchSession:
             self.guard.replay_enabled = False
             loc = Locator(None, modules=self.guard.modules, on_sink="raise", detected_by="trace")
             self._locator = loc
+            self.guard.modules.on_exit = loc.tag_module_output
             self._handles.append(_autograd.add_backward_listener(_LocateListener(loc)))
             self._handles.append(_autograd.add_optimizer_listener(loc.optimizer_pre, loc.optimizer_post))
             self.guard.on_step_end.append(self._sync_step)
