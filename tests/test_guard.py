@@ -398,3 +398,25 @@ def test_accumulation_before_the_first_optimizer_step_counts_one_step() -> None:
             opt.zero_grad()
     assert guard.step == 3 and len(guard.history) == 3
     assert all(r.loss is not None and r.lr == 0.01 for r in guard.history)
+
+
+def test_replay_reenters_the_autocast_region_the_forward_ran_in() -> None:
+    # the pattern PyTorch recommends: forward under autocast, backward() outside it. Prices in
+    # dollars: the float16 weight gradient of the head overflows; in float32 it would not
+    torch.manual_seed(0)
+    model = nn.Sequential(OrderedDict(body=nn.Sequential(nn.Linear(10, 64), nn.SiLU()), head=nn.Linear(64, 1)))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x = torch.randn(64, 10)
+    price = (3.0e5 + 1.0e5 * x[:, :1]).clamp(min=5e4)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = F.mse_loss(model(x).float(), price)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    f, d = info.value.finding, info.value.diagnosis
+    assert (f.op, f.phase, f.module, f.grad_fn, f.dtype) == (
+        "aten.mm.default", "backward", "head", "AddmmBackward0", "float16")
+    assert f.detected_by == "replay" and f.details["float32_finite"] is True
+    assert d is not None and d.cause is Cause.LOW_PRECISION_OVERFLOW
+    assert not torch.is_autocast_enabled("cpu")  # the replay left no autocast region behind

@@ -583,7 +583,7 @@ def diagnose(
                 _above_max(f32, dtype) if f32 is not None else "in float32 the same op stays finite",
             ]
             fixes = [
-                "with torch.autocast('cuda', dtype=torch.bfloat16):  # bf16 has float32's range"
+                "with torch.autocast(x.device.type, dtype=torch.bfloat16):  # bf16 has float32's range"
                 if dtype == "float16"
                 else "model.float()  # keep this part in float32",
                 f"model.{f.module}.float()  # run this module in float32" if f.module else "x.float()",
@@ -668,7 +668,11 @@ def _lr_fixes(ctx: RunContext, h: History) -> list[str]:
 
 def _overflow(f: Finding, h: History, ctx: RunContext, op: str) -> Diagnosis:
     torch = ctx.framework != "keras"
-    ev = [f"`{op or f.op}` {_where(f)} produced {f.what} from finite inputs"]
+    if f.op is None:
+        ev = [f"{f.what} appeared {_where(f)}; the op that made it was not found "
+              f"(`nanguard run --trace` names it)"]
+    else:
+        ev = [f"`{op or f.op}` {_where(f)} produced {f.what} from finite inputs"]
     x = max(f.inputs, key=lambda s: s.absmax or 0.0, default=None)
     if x is not None and x.absmax is not None:
         ev.append(f"its largest input magnitude was {_g(x.absmax)} ({x.name})")
@@ -687,6 +691,20 @@ def _overflow(f: Finding, h: History, ctx: RunContext, op: str) -> Diagnosis:
         if scale:
             s = " → ".join(f"{_g(v)}" for _, v in scale[:6])
             ev.append(f"activation scale (max |x|) layer by layer at the first step: {s}")
+        top = max((v for _, v in scale), default=None)
+        if top is not None and math.isfinite(top) and top < 1e3:
+            # small activations everywhere: the initial weights do not explain an overflow
+            ev.append(f"the activations stayed small (at most {_g(top)}): the initial weights do not "
+                      "explain the overflow")
+            backward = f.phase == "backward"
+            return Diagnosis(
+                Cause.EXPLODING_GRADIENTS if backward else Cause.BAD_INITIALIZATION,
+                0.4,
+                "an overflow at the first step that the activations do not explain",
+                ev,
+                (_explode_fixes(ctx, h) if backward else [])
+                + ["nanguard run --trace script.py  # names the op that made it"],
+            )
         ev.append("no update had been applied yet: the initial weights alone overflow")
         fixes = [
             "def init(m):\n"

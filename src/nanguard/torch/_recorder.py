@@ -90,6 +90,7 @@ class RootCall:
     source: SourceLocation | None
     rng: RngState
     n_out: int = 0
+    autocast: tuple[tuple[str, torch.dtype], ...] = ()  # (device type, dtype) of each autocast on
 
 
 @dataclass
@@ -270,7 +271,7 @@ class StepRecorder:
             return
         self._forward_started = True
         ev = RootCall(mod, self._spec(args), self._spec(kwargs), torch.is_grad_enabled(),
-                      user_frame(3), RngState.capture())
+                      user_frame(3), RngState.capture(), autocast=autocast_state())
         self._pending_root = ev
 
     def root_exit(self, mod: nn.Module, output: Any) -> None:
@@ -292,6 +293,22 @@ class StepRecorder:
     @property
     def has_events(self) -> bool:
         return bool(self.events)
+
+
+def autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
+    """The ``torch.autocast`` regions the code runs in now: ``(("cpu", torch.float16),)``. A model
+    called under autocast and replayed outside it would run in float32 and never overflow."""
+    out = []
+    for dev in AUTOCAST_DEVICES:
+        try:
+            if torch.is_autocast_enabled(dev):
+                out.append((dev, torch.get_autocast_dtype(dev)))
+        except (TypeError, AttributeError, RuntimeError):  # torch < 2.4 spells it per device
+            continue
+    return tuple(out)
+
+
+AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
 _OP_INFO: dict[Any, tuple[bool, bool]] = {}

@@ -20,7 +20,17 @@ from torch import nn
 from ..core.finding import Finding
 from . import _autograd
 from ._modules import ModuleStack, storage_key, unwrap
-from ._recorder import Backward, Event, Ref, RngState, RootCall, TapeOp, _flat, mutated_args
+from ._recorder import (
+    Backward,
+    Event,
+    Ref,
+    RngState,
+    RootCall,
+    TapeOp,
+    _flat,
+    autocast_state,
+    mutated_args,
+)
 from ._stats import checkable
 from .locator import Locator, graph_leaves
 
@@ -225,7 +235,11 @@ def _run_root(ev: RootCall, i: int, values: _Values, loc: Locator, produced: set
     if isinstance(getattr(ev.module, "_orig_mod", None), nn.Module):
         loc.notes.add("the model is compiled with torch.compile; the replay ran it eagerly")
     try:
-        with torch.set_grad_enabled(ev.grad_enabled):
+        with torch.set_grad_enabled(ev.grad_enabled), contextlib.ExitStack() as regions:
+            # the autocast regions the call ran in, and none other (a replay may start inside one)
+            on = dict(ev.autocast)
+            for dev in set(on) | {d for d, _ in autocast_state()}:
+                regions.enter_context(torch.autocast(dev, dtype=on.get(dev), enabled=dev in on))
             out = module(*args, **kwargs)
     finally:
         loc.call_source = None
