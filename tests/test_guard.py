@@ -420,3 +420,24 @@ def test_replay_reenters_the_autocast_region_the_forward_ran_in() -> None:
     assert f.detected_by == "replay" and f.details["float32_finite"] is True
     assert d is not None and d.cause is Cause.LOW_PRECISION_OVERFLOW
     assert not torch.is_autocast_enabled("cpu")  # the replay left no autocast region behind
+
+
+def test_a_learning_rate_schedule_gets_its_own_fix() -> None:
+    # OneCycleLR with a max_lr far too high: the fix is the schedule's peak, not a new optimizer
+    torch.manual_seed(0)
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=20.0, total_steps=100)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt) as guard:
+        for _ in range(100):
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            sched.step()
+    d = info.value.diagnosis
+    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
+    assert d.fixes[0].startswith("scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=")
+    reached = float(d.fixes[0].rsplit("it reached ", 1)[1])
+    assert reached == pytest.approx(opt.param_groups[0]["lr"], rel=1e-2)  # the schedule's value at the failure
+    assert all(r.lr is None or r.lr <= reached * 1.01 for r in guard.history)

@@ -38,6 +38,7 @@ class RunContext:
     hyper: dict[str, Any] = field(default_factory=dict)
     clip_norm: float | None = None
     num_params: int | None = None
+    scheduler: str | None = None  # the class name of an LR scheduler on that optimizer
 
     @property
     def lr(self) -> float | None:
@@ -649,14 +650,29 @@ def _lr_fixes(ctx: RunContext, h: History) -> list[str]:
             f"optimizer = keras.optimizers.{opt}(learning_rate={new_lr}, global_clipnorm={clip:g})",
         ]
     lrs = h.series("lr", 500)
+    clip_fix = f"torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={clip:g})  # before optimizer.step()"
+    if ctx.scheduler in ("OneCycleLR", "CyclicLR"):
+        top = max([*lrs, lr or 0.0])
+        return [
+            f"scheduler = torch.optim.lr_scheduler.{ctx.scheduler}(optimizer, max_lr={_nice_lr(top / 4)}, ...)"
+            f"  # it reached {_g(top)}",
+            clip_fix,
+        ]
+    if ctx.scheduler is not None:
+        top = max([*lrs, lr or 0.0])
+        return [
+            f"optimizer = torch.optim.{opt}(model.parameters(), lr={new_lr})  # `{ctx.scheduler}` "
+            f"scales this base learning rate; it reached {_g(top)}",
+            clip_fix,
+        ]
     if lrs and min(lrs) > 0 and max(lrs) / min(lrs) > 1.05:
         # the learning rate changed from step to step: a schedule (perhaps written by hand,
         # assigning param_group["lr"]) would overwrite a new optimizer's lr — cap its peak
-        top = max(lrs)
+        top = max([*lrs, lr or 0.0])
         return [
             f"peak_lr = {_nice_lr(top / 4)}  # your schedule reached {_g(top)}: scale its peak down\n"
             "for g in optimizer.param_groups:\n    g['lr'] = min(g['lr'], peak_lr)  # each step, after your schedule",
-            f"torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={clip:g})  # before optimizer.step()",
+            clip_fix,
         ]
     return [
         f"optimizer = torch.optim.{opt}(model.parameters(), lr={new_lr})"

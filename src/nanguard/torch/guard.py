@@ -284,12 +284,14 @@ class Guard(_autograd.BackwardListener):
             if "lr" in hyper and isinstance(hyper["lr"], float):
                 hyper["lr"] *= self.recovery.lr_scale
         n = sum(p.numel() for p in self._watched_params()) or None
+        scheds = self._schedulers_of(opt)
         return RunContext(
             framework="torch",
             optimizer=type(opt).__name__ if opt is not None else None,
             hyper=hyper,
             clip_norm=self.clip_norm if self.clip_norm is not None else self.recovery.clip_norm,
             num_params=n,
+            scheduler=type(scheds[0]).__name__ if scheds else None,
         )
 
     #: with policy "raise", the optimizer state is checked every this many steps (the weights
