@@ -98,6 +98,29 @@ def test_lightning_nan_sample_is_caught_before_the_update(tmp_path: Path) -> Non
     assert "nonfinite-input" in html and "stopped on a non-finite value" in html
 
 
+@pytest.mark.parametrize("policy", ["raise", "recover"])
+def test_lightning_accumulation_replays_every_micro_batch(policy: str) -> None:
+    # the NaN sits in the FIRST micro-batch of optimizer step 1 (batches 2 and 3): a replay of
+    # the last micro-batch alone would find nothing and guess
+    from nanguard.integrations.lightning import NanGuardCallback
+
+    model = Regressor()
+    cb = NanGuardCallback(policy=policy)
+    trainer = _trainer(cb, accumulate_grad_batches=2, max_steps=4)
+    if policy == "raise":
+        with pytest.raises(nanguard.NonFiniteError) as info:
+            trainer.fit(model, _data(nan_at=2 * 8 + 6))
+        f, d = info.value.finding, info.value.diagnosis
+    else:
+        trainer.fit(model, _data(nan_at=2 * 8 + 6))
+        f, d = cb.findings[0]
+        assert [r["action"] for r in cb.recoveries] == ["drop_batch"]
+    assert (f.phase, f.op, f.step) == ("data", "input", 1)
+    assert f.details["micro_batch"] == "1 of 2 (batch_idx 2)" and f.details["samples"][0]["index"] == 6
+    assert d is not None and d.cause.value == "nonfinite-input"
+    assert _finite(model)
+
+
 def test_lightning_unsafe_log_under_mixed_precision_and_clipping() -> None:
     """Mixed precision (bf16-mixed: CPU has no fp16 AMP) and Lightning's own gradient clipping:
     the check runs before the clipping, and the replay runs under the same autocast, so the

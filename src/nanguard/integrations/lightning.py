@@ -9,8 +9,9 @@ the update:
 * one fused check of the step's loss(es) and all gradients (``nanguard.torch.watch``); the step's
   scalars go to a :class:`~nanguard.core.history.History`;
 * with ``torch.distributed``, one all-reduce so every rank takes the same decision;
-* on a non-finite value: the step's ``training_step`` is run again on the same batch, RNG state
-  and (not yet updated) weights under :func:`nanguard.locate`, which names the op that made it;
+* on a non-finite value: the step's ``training_step`` is run again on the same batch (each of its
+  micro-batches under gradient accumulation), RNG state and (not yet updated) weights under
+  :func:`nanguard.locate`, which names the op that made it;
   the core diagnoses the cause, and the policy acts: ``raise`` (the default) raises
   :class:`~nanguard.NonFiniteError` with the update not applied; ``skip`` drops the update;
   ``recover`` drops a poisoned batch, or rolls back to the last snapshot and backs off the
@@ -98,9 +99,10 @@ class NanGuardCallback(pl.Callback, RunRecord):
         )
         self.snapshots = Snapshotter(every=snapshot_every)
         self.findings: list[tuple[Finding, Diagnosis]] = []
-        self._batch: Any = None
-        self._batch_idx = 0
-        self._rng: RngState | None = None
+        # the batches of the current optimizer step (several under accumulate_grad_batches), each
+        # with its index and the RNG state at its start: what a replay runs again
+        self._micro: list[tuple[Any, int, RngState | None]] = []
+        self._stepped = False
         self._losses: list[torch.Tensor] = []
         self._rec: StepRecord | None = None
         self._saved_lrs: list[tuple[dict[str, Any], Any]] = []
@@ -119,9 +121,11 @@ class NanGuardCallback(pl.Callback, RunRecord):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._batch, self._batch_idx = batch, batch_idx
-        if self.locate:
-            self._rng = RngState.capture()  # the replay draws the same dropout masks
+        if self._stepped:  # the first micro-batch of a new optimizer step
+            self._micro, self._stepped = [], False
+        rng = RngState.capture() if self.locate else None  # the replay draws the same dropout masks
+        self._micro.append((batch, batch_idx, rng))
+        del self._micro[:-_MAX_MICRO]
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         self._losses.append(loss.detach())
@@ -131,6 +135,7 @@ class NanGuardCallback(pl.Callback, RunRecord):
     ) -> None:
         params = _params(optimizer)
         step = trainer.global_step
+        self._stepped = True
         if self.policy == "recover" and self.snapshots.last is None:
             self._snapshot(step, pl_module, optimizer, trainer)
         chk = check_grads(params, self._losses)
@@ -162,7 +167,6 @@ class NanGuardCallback(pl.Callback, RunRecord):
         for group, lr in self._saved_lrs:
             group["lr"] = lr  # a back-off is a factor applied at each step, never stored
         self._saved_lrs = []
-        self._batch = None
         rec, self._rec = self._rec, None
         if rec is None or self._skipped:
             self._skipped = False
@@ -246,12 +250,18 @@ class NanGuardCallback(pl.Callback, RunRecord):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, chk: NormCheck,
         params: Sequence[torch.Tensor], step: int,
     ) -> Finding:
-        """Run this step's ``training_step`` again under the locator (same batch, RNG state and
-        weights; buffers and the RNG are restored afterwards, ``self.log`` is muted)."""
+        """Run this step's ``training_step`` again under the locator — on each of its batches in
+        turn under ``accumulate_grad_batches``, until one names the origin (same batch, RNG state
+        and weights; buffers and the RNG are restored afterwards, ``self.log`` is muted)."""
         finding: Finding | None = None
         # manual optimization steps the optimizer inside training_step: never run it twice
-        if self.locate and self._batch is not None and pl_module.automatic_optimization:
-            finding = self._replay(trainer, pl_module, params, step)
+        if self.locate and self._micro and pl_module.automatic_optimization:
+            for k, (batch, batch_idx, rng) in enumerate(self._micro):
+                finding = self._replay(trainer, pl_module, params, step, batch, batch_idx, rng)
+                if finding is not None:
+                    if len(self._micro) > 1:
+                        finding.details["micro_batch"] = f"{k + 1} of {len(self._micro)} (batch_idx {batch_idx})"
+                    break
         if finding is None:
             names = self._param_names(pl_module, params)
             bad = [names[i] for i in chk.bad if i < len(names)]
@@ -269,7 +279,8 @@ class NanGuardCallback(pl.Callback, RunRecord):
         return finding
 
     def _replay(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, params: Sequence[torch.Tensor], step: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, params: Sequence[torch.Tensor], step: int,
+        batch: Any, batch_idx: int, rng: RngState | None,
     ) -> Finding | None:
         bufs = floating_buffers([pl_module])
         saved = [b.detach().clone() for b in bufs]
@@ -277,12 +288,12 @@ class NanGuardCallback(pl.Callback, RunRecord):
         muted = {name: pl_module.__dict__.get(name) for name in ("log", "log_dict")}
         for name in muted:
             setattr(pl_module, name, _mute)
-        if self._rng is not None:
-            self._rng.restore()
+        if rng is not None:
+            rng.restore()
         ctx = getattr(trainer.precision_plugin, "train_step_context", None)
         try:
             with torch.enable_grad(), (ctx() if ctx else _null()), locate(pl_module, step=step):
-                out = pl_module.training_step(self._batch, self._batch_idx)
+                out = pl_module.training_step(batch, batch_idx)
                 loss = out.get("loss") if isinstance(out, Mapping) else out
                 if not isinstance(loss, torch.Tensor):
                     return None
@@ -356,6 +367,10 @@ class NanGuardCallback(pl.Callback, RunRecord):
                   trainer: pl.Trainer) -> None:
         self.snapshots.take(step, _params(opt), floating_buffers([pl_module]), [opt],
                             _schedulers(trainer, opt), [])
+
+
+#: at most this many micro-batches of one optimizer step are kept for a replay
+_MAX_MICRO = 64
 
 
 def _params(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
