@@ -79,6 +79,15 @@ def test_csv_chunks_give_the_same_answer(tmp_path: Path) -> None:
     assert small.rows == 3000 and small.bad_row_count == 3
 
 
+def test_semicolon_separated_csv_is_read_by_its_separator(tmp_path: Path) -> None:
+    p = tmp_path / "eu.csv"
+    p.write_text("a;b;c\n1;2;3\n4;nan;6\n7;8;inf\n")
+    r = nanguard.scan(p)
+    assert [c.name for c in r.columns] == ["a", "b", "c"]
+    assert _cells(r) == [(1, "b", "nan"), (2, "c", "+inf")]
+    assert any("';'" in n for n in r.notes)
+
+
 def test_clean_csv_with_bom_and_tsv(tmp_path: Path) -> None:
     p = tmp_path / "ok.csv"
     p.write_bytes("\ufeffx,y\n1,2\n3,4\n".encode())
@@ -172,9 +181,14 @@ def test_pt_checkpoint_loaded_safely(tmp_path: Path) -> None:
         torch.save({{"x": Evil()}}, {str(evil)!r})
     """)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-    with pytest.raises(Exception, match=r"(?i)weights_only|unsupported|global"):
+    with pytest.raises(ValueError, match=r"holds Python objects beyond tensors .* never runs code"):
         nanguard.scan(evil)
     assert not marker.exists()
+    # a whole pickled model: refused with the class it holds and what to save instead
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "model.pt")
+    with pytest.raises(ValueError, match=r"it holds a torch\.nn\.modules\.linear\.Linear\).*state_dict"):
+        nanguard.scan(tmp_path / "model.pt")
+    assert cli_main(["scan", str(tmp_path / "model.pt")]) == 2  # one line on stderr, no traceback
 
 
 def test_safetensors(tmp_path: Path) -> None:
@@ -201,7 +215,9 @@ def test_dataset_and_dataloader() -> None:
     assert _cells(r) == [(7, "[1]", "+inf"), (42, "[0]", "nan")]
     assert r.bad_rows[1].cells[0].position == "[1]"
     rl = nanguard.scan(DataLoader(ds, batch_size=16))
-    assert _cells(rl) == _cells(r) and rl.bad_rows[1].where == "batch 2, item 10"
+    assert _cells(rl) == _cells(r) and rl.bad_rows[1].where == "batch 2, item 10" and not rl.notes
+    shuffled = nanguard.scan(DataLoader(ds, batch_size=16, shuffle=True))
+    assert any("not dataset indices" in n for n in shuffled.notes)
 
     class Items(Dataset):  # type: ignore[type-arg]
         def __len__(self) -> int:
@@ -230,6 +246,8 @@ def test_objects_in_memory() -> None:
     assert _cells(t) == [(1, "tensor", "+inf")]
     assert _cells(nanguard.scan(pa.table({"a": [1.0, None]}))) == [(1, "a", "missing")]
     assert _cells(nanguard.scan({"a": np.array([0.0, -np.inf])})) == [(1, "a", "-inf")]
+    mixed = nanguard.scan({"a": np.array([1.0, np.nan]), "b": torch.tensor([3.0, 4.0])})
+    assert _cells(mixed) == [(1, "a", "nan")] and {c.name for c in mixed.columns} == {"a", "b"}
     assert not nanguard.scan(np.ones((3, 3))).found
     with pytest.raises(TypeError, match="cannot scan"):
         nanguard.scan(object())

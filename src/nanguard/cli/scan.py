@@ -30,8 +30,8 @@ def add_parser(sub: Any) -> None:
                    help="list the first N bad rows/samples of each file (default 10)")
     p.add_argument("--no-fp16", action="store_true",
                    help="do not count values beyond float16 as problems (still reported)")
-    p.add_argument("--chunk-mb", type=float, default=32, metavar="MB",
-                   help="megabytes read per chunk: bounds memory (default 32)")
+    p.add_argument("--chunk-mb", type=float, default=16, metavar="MB",
+                   help="megabytes read per chunk: bounds memory (default 16)")
     p.add_argument("--format", choices=("csv", "parquet", "npy", "npz", "pt", "safetensors"),
                    help="read every PATH as this format (default: from the suffix)")
     p.set_defaults(command="scan")

@@ -528,7 +528,7 @@ def diagnose(
             return Diagnosis(
                 Cause.EXPLODING_GRADIENTS, 0.85,
                 "the gradients exploded until the optimizer's second moment overflowed",
-                ev, _explode_fixes(ctx, h),
+                ev, _explode_fixes(ctx, h, f),
             )
         ev = []
         gn = h.series("grad_norm", 1)
@@ -708,18 +708,32 @@ def _overflow(f: Finding, h: History, ctx: RunContext, op: str) -> Diagnosis:
             s = " → ".join(f"{_g(v)}" for _, v in scale[:6])
             ev.append(f"activation scale (max |x|) layer by layer at the first step: {s}")
         top = max((v for _, v in scale), default=None)
-        if top is not None and math.isfinite(top) and top < 1e3:
+        calm = top is not None and math.isfinite(top) and top < 1e3
+        if f.phase == "backward":
+            # the forward pass was finite: the gradients grew through the layers until they
+            # overflowed (the initial weights' gain, compounded by depth or time steps)
+            if calm:
+                ev.append(f"the activations stayed small (at most {_g(top)})")
+            ev.append("the forward pass was finite: the gradients overflowed in the first backward pass, "
+                      "before any update")
+            fixes = _explode_fixes(ctx, h, f)
+            if torch:
+                fixes.append("a smaller initial gain (e.g. nn.init.orthogonal_(w, gain=1.0)), or "
+                             "normalization / residual connections in a deep stack")
+            if f.op is None:
+                fixes.append("nanguard run --trace script.py  # names the op that made it")
+            return Diagnosis(
+                Cause.EXPLODING_GRADIENTS, 0.7 if f.op is not None else 0.4,
+                "the gradients overflowed in the first backward pass", ev, fixes,
+            )
+        if calm:
             # small activations everywhere: the initial weights do not explain an overflow
             ev.append(f"the activations stayed small (at most {_g(top)}): the initial weights do not "
                       "explain the overflow")
-            backward = f.phase == "backward"
             return Diagnosis(
-                Cause.EXPLODING_GRADIENTS if backward else Cause.BAD_INITIALIZATION,
-                0.4,
-                "an overflow at the first step that the activations do not explain",
-                ev,
-                (_explode_fixes(ctx, h) if backward else [])
-                + ["nanguard run --trace script.py  # names the op that made it"],
+                Cause.BAD_INITIALIZATION, 0.4,
+                "an overflow at the first step that the activations do not explain", ev,
+                ["nanguard run --trace script.py  # names the op that made it"],
             )
         ev.append("no update had been applied yet: the initial weights alone overflow")
         fixes = [
@@ -747,7 +761,7 @@ def _overflow(f: Finding, h: History, ctx: RunContext, op: str) -> Diagnosis:
         ev.append("the forward pass was finite: the gradients overflowed in the backward pass")
         return Diagnosis(
             Cause.EXPLODING_GRADIENTS, 0.8, "the gradients overflowed in the backward pass", ev,
-            _explode_fixes(ctx, h),
+            _explode_fixes(ctx, h, f),
         )
 
     if weights_grew or big_updates:
@@ -773,7 +787,7 @@ def _overflow(f: Finding, h: History, ctx: RunContext, op: str) -> Diagnosis:
         ev.append(f"grad norm grew {_g(gg[2])}x over the last steps: {_g(gg[0])} → {_g(gg[1])}")
         return Diagnosis(
             Cause.EXPLODING_GRADIENTS, 0.75, "the gradient norm grew until the values overflowed", ev,
-            _explode_fixes(ctx, h),
+            _explode_fixes(ctx, h, f),
         )
 
     ev.append("no clear trend in the history: the overflow came suddenly")
@@ -786,15 +800,23 @@ def _overflow(f: Finding, h: History, ctx: RunContext, op: str) -> Diagnosis:
     )
 
 
-def _explode_fixes(ctx: RunContext, h: History) -> list[str]:
+def _explode_fixes(ctx: RunContext, h: History, f: Finding) -> list[str]:
     clip = _clip_threshold(h)
     if ctx.framework == "keras":
         return [
             f"optimizer = keras.optimizers.{ctx.optimizer or 'SGD'}(learning_rate=..., global_clipnorm={clip:g})",
         ]
     lr = ctx.lr
-    return [
+    fixes = [
         f"torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={clip:g})  # after backward(), before step()",
         f"optimizer = torch.optim.{ctx.optimizer or 'SGD'}(model.parameters(), lr={_nice_lr(lr / 4) if lr else '1e-3'})",
-        "use nn.LSTM/nn.GRU instead of a plain nn.RNN, and truncate backpropagation through time",
     ]
+    if _recurrent(f):
+        fixes.append("use nn.LSTM/nn.GRU instead of a plain nn.RNN, and truncate backpropagation through time")
+    return fixes
+
+
+def _recurrent(f: Finding) -> bool:
+    """Does the finding come from a recurrent layer (by its module, type or autograd node)?"""
+    text = " ".join(str(x) for x in (f.module, f.module_type, f.grad_fn, f.op) if x).lower()
+    return any(k in text for k in ("rnn", "lstm", "gru", "recurren", "cell"))

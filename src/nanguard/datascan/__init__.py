@@ -12,7 +12,7 @@ in CSV/TSV, Parquet, NPY/NPZ, ``.pt``/``.pth`` and safetensors files, in numpy a
 tensors, pyarrow tables and pandas data frames, and in a ``torch.utils.data.Dataset`` or
 ``DataLoader``. It counts them per column (or feature, tensor, field) and lists the first bad rows.
 
-Files are streamed in chunks of ``chunk_bytes`` (default 32 MiB): the extra memory a scan needs
+Files are streamed in chunks of ``chunk_bytes`` (default 16 MiB): the extra memory a scan needs
 is a few times that (about 4×, ~130 MB at the default) whatever the file size — except NPZ
 members and ``.pt`` files in the legacy (non-zip) format, see ``docs/scan.md``.
 """
@@ -140,7 +140,8 @@ def _scan_path(path: str, fmt: str | None, report: ScanReport, col: Collector, c
         scan_safetensors(path, report, col, chunk_bytes, progress)
     else:
         known = ", ".join(sorted(set(SUFFIXES)))
-        raise ValueError(f"{path}: unknown data format (known suffixes: {known}); pass format=")
+        raise ValueError(f"unknown data format (known suffixes: {known}); name it with "
+                         "format='csv' (nanguard scan --format csv)")
 
 
 def _scan_object(obj: Any, report: ScanReport, col: Collector, chunk_bytes: int, progress: bool,
@@ -188,7 +189,10 @@ def _scan_object(obj: Any, report: ScanReport, col: Collector, chunk_bytes: int,
 
             report.unit = "sample"
             for k, v in obj.items():
-                scan_tensor(v, str(k), report, col, chunk_bytes)
+                if isinstance(v, torch_mod.Tensor):
+                    scan_tensor(v, str(k), report, col, chunk_bytes)
+                else:  # a NumPy array (or a list of numbers) beside the tensors
+                    scan_array(np.asarray(v), str(k), report, col, chunk_bytes)
             return
         scan_arrays(obj, report, col, chunk_bytes)
         return

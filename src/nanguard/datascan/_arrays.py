@@ -129,7 +129,7 @@ def scan_npz(path: str, report: ScanReport, col: Collector, chunk_bytes: int, pr
     with zipfile.ZipFile(path) as zf, Progress(progress, os.path.basename(path),
                                                sum(i.file_size for i in zf.infolist())) as bar:
         members = [i for i in zf.infolist() if i.filename.endswith(".npy")]
-        report.format = f"NPZ, {len(members)} arrays"
+        report.format = f"NPZ, {len(members)} array{'' if len(members) == 1 else 's'}"
         for info in members:
             name = info.filename[: -len(".npy")]
             with zf.open(info) as fh:

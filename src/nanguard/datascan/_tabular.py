@@ -122,6 +122,17 @@ class _Pending:
             self.cells.append(BadCell(name, "text" if text[r] else "missing", raw(int(r), 0)))
 
 
+def _guess_delimiter(header: bytes) -> str:
+    """``,`` unless the header row has none and is split by ``;`` (the CSV of locales with a decimal
+    comma), a tab or ``|`` instead."""
+    text = header.decode("utf-8", "replace")
+    if "," in text:
+        return ","
+    counts = {d: text.count(d) for d in (";", "\t", "|")}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
 def scan_csv(
     path: str, report: ScanReport, col: Collector, chunk_bytes: int, progress: bool,
     delimiter: str | None = None,
@@ -131,15 +142,17 @@ def scan_csv(
     import pyarrow.csv as pacsv
 
     low = path.lower()
-    if delimiter is None:
-        delimiter = "\t" if ".tsv" in low or ".tab" in low else ","
-    report.format = "TSV" if delimiter == "\t" else "CSV"
     report.unit = "row"
     report.nbytes = os.path.getsize(path)
     raw_file, stream = _open(path)
     with raw_file, Progress(progress, os.path.basename(path), report.nbytes) as bar:
         pieces = _pieces(stream, chunk_bytes)
         head, first = _split_header(next(pieces, b""))
+        if delimiter is None:
+            delimiter = "\t" if ".tsv" in low or ".tab" in low else _guess_delimiter(head)
+            if delimiter not in ",\t":
+                report.notes.append(f"cells separated by {delimiter!r} (guessed from the header row)")
+        report.format = "TSV" if delimiter == "\t" else "CSV"
         names = next(csv.reader(io.StringIO(head.decode("utf-8", "replace")), delimiter=delimiter), [])
         if not names:
             raise ValueError("empty file: no header row")

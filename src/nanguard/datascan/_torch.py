@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
+import re
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -90,10 +93,18 @@ def scan_pt(path: str, report: ScanReport, col: Collector, chunk_bytes: int, pro
     report.unit = "sample"
     report.nbytes = os.path.getsize(path)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except RuntimeError:
-        obj = torch.load(path, map_location="cpu", weights_only=True)  # the legacy format: no mmap
-        report.notes.append("legacy (non-zip) file: loaded whole, not memory-mapped")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the weights-only unpickler's protocol notices
+            obj = _load(torch, path, report)
+    except pickle.UnpicklingError as exc:
+        # a pickled model or any other Python object: loading it would run code from the file
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+        raise ValueError(
+            "holds Python objects beyond tensors (a pickled model?): not scanned, since nanguard "
+            "loads .pt files with weights_only=True and never runs code from them"
+            + (f" (it holds a {found.group(1)})" if found else "")
+            + "; save the tensors instead: torch.save(model.state_dict(), path)"
+        ) from None
     leaves = list(_walk(obj))
     total = sum(t.numel() * t.element_size() for _, t in leaves if isinstance(t, torch.Tensor))
     with Progress(progress, os.path.basename(path), total) as bar:
@@ -102,6 +113,16 @@ def scan_pt(path: str, report: ScanReport, col: Collector, chunk_bytes: int, pro
                 scan_tensor(leaf, name, report, col, chunk_bytes, bar)
             else:
                 _scalar(name, leaf, report, col)
+
+
+def _load(torch: Any, path: str, report: ScanReport) -> Any:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError:
+        raise
+    except RuntimeError:
+        report.notes.append("legacy (non-zip) file: loaded whole, not memory-mapped")
+        return torch.load(path, map_location="cpu", weights_only=True)  # the legacy format: no mmap
 
 
 def _scalar(name: str, v: Any, report: ScanReport, col: Collector) -> None:
@@ -213,6 +234,10 @@ def scan_dataset(obj: Any, report: ScanReport, col: Collector, progress: bool,
     loader = isinstance(obj, DataLoader)
     report.format = "DataLoader" if loader else "Dataset"
     report.unit = "sample"
+    if loader and not isinstance(getattr(obj, "sampler", None), torch.utils.data.SequentialSampler):
+        report.notes.append(
+            f"the DataLoader draws samples with a {type(obj.sampler).__name__}: sample numbers are "
+            "positions in this pass, not dataset indices (nanguard.scan(loader.dataset) gives those)")
     fields = _Fields(report)
     try:
         total: int | None = len(obj.dataset) if loader else len(obj)
