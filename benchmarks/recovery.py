@@ -4,6 +4,7 @@ with its hand-fixed version.
     python benchmarks/recovery.py                      # all torch scenarios, 2 at a time
     python benchmarks/recovery.py --policy skip --only lr_
     python benchmarks/recovery.py --framework keras    # benchmarks/scenarios/keras/*.py
+    python benchmarks/recovery.py --framework holdout --no-fixed   # the held-out scripts
     python benchmarks/recovery.py --json out.json
 
 For each failing scenario, two runs:
@@ -459,14 +460,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=JOBS, help=f"runs at once (default {JOBS})")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S,
                         help=f"seconds per run (default {TIMEOUT_S:g})")
-    parser.add_argument("--framework", choices=("torch", "keras"), default="torch",
-                        help="torch: benchmarks/scenarios/*.py (default); keras: benchmarks/scenarios/keras/*.py")
+    parser.add_argument("--framework", choices=("torch", "keras", "holdout"), default="torch",
+                        help="torch: benchmarks/scenarios/*.py (default); keras: benchmarks/scenarios/keras/*.py; "
+                             "holdout: benchmarks/scenarios/holdout/*.py (no hand-fixed versions: use --no-fixed)")
     parser.add_argument("--no-healthy", action="store_true", help="leave out the healthy controls")
     parser.add_argument("--no-fixed", action="store_true", help="skip the hand-fixed runs")
     args = parser.parse_args(argv)
     command = shlex.join(sys.orig_argv if argv is None
                          else [sys.executable, str(Path(__file__)), *argv])
-    directory = diagnose.SCENARIOS_DIR / "keras" if args.framework == "keras" else diagnose.SCENARIOS_DIR
+    sub = {"keras": "keras", "holdout": "holdout"}.get(args.framework)
+    directory = diagnose.SCENARIOS_DIR / sub if sub else diagnose.SCENARIOS_DIR
     scenarios = [s for s in diagnose.discover(args.only, directory)
                  if not (args.no_healthy and s.expect.healthy)]
     if not scenarios:
