@@ -441,3 +441,25 @@ def test_a_learning_rate_schedule_gets_its_own_fix() -> None:
     reached = float(d.fixes[0].rsplit("it reached ", 1)[1])
     assert reached == pytest.approx(opt.param_groups[0]["lr"], rel=1e-2)  # the schedule's value at the failure
     assert all(r.lr is None or r.lr <= reached * 1.01 for r in guard.history)
+
+
+def test_with_two_optimizers_the_failing_ones_hyperparameters_are_diagnosed() -> None:
+    # a GAN-like loop under `nanguard run` (no optimizer named): A is stepped first (the guard's
+    # primary), B has the learning rate too high and fails at its own step
+    torch.manual_seed(0)
+    a, b = _mlp(), _mlp()
+    opt_a = torch.optim.Adam(a.parameters(), lr=1e-4)
+    opt_b = torch.optim.SGD(b.parameters(), lr=10.0)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(a):
+        for _ in range(50):
+            opt_a.zero_grad()
+            F.mse_loss(a(x), y).backward()
+            opt_a.step()
+            opt_b.zero_grad()
+            F.mse_loss(b(x), y).backward()
+            opt_b.step()
+    d = info.value.diagnosis
+    assert d is not None
+    assert any("torch.optim.SGD(" in fix and "was 10" in fix for fix in d.fixes), d.fixes
+    assert not any("Adam" in fix for fix in d.fixes)

@@ -275,15 +275,19 @@ class Guard(_autograd.BackwardListener):
     def _scalers_all(self) -> list[Any]:
         return list(self._scalers) + [s for s in SCALERS if s not in self._scalers]
 
-    def context(self) -> RunContext:
-        opt = self._primary
+    def context(self, opt: torch.optim.Optimizer | None = None) -> RunContext:
+        """What the diagnosis knows of the run: the hyper-parameters of ``opt`` (the optimizer
+        whose step failed; by default the first one stepped), its scheduler, any clipping."""
+        primary = opt is None or opt is self._primary
+        opt = self._primary if opt is None else opt
         hyper: dict[str, Any] = {}
         if opt is not None and opt.param_groups:
             g = opt.param_groups[0]
             hyper = {k: _plain(g[k]) for k in _HYPER if k in g}
             if "lr" in hyper and isinstance(hyper["lr"], float):
                 hyper["lr"] *= self.recovery.lr_scale
-        n = sum(p.numel() for p in self._watched_params()) or None
+        params = self._watched_params() if primary else self._opt_params(opt)
+        n = sum(p.numel() for p in params) or None
         scheds = self._schedulers_of(opt)
         return RunContext(
             framework="torch",
@@ -717,7 +721,7 @@ class Guard(_autograd.BackwardListener):
                 finding.details["note"] = note
             if not self.history.healthy():
                 finding.details.setdefault("first_step", True)
-            diag = diagnose(finding, self.history, self.context())
+            diag = diagnose(finding, self.history, self.context(opt))
         if _dist.active():
             finding, diag = _dist.share(finding, diag, bad_ranks)
         assert finding is not None and diag is not None
