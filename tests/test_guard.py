@@ -463,3 +463,20 @@ def test_with_two_optimizers_the_failing_ones_hyperparameters_are_diagnosed() ->
     assert d is not None
     assert any("torch.optim.SGD(" in fix and "was 10" in fix for fix in d.fixes), d.fixes
     assert not any("Adam" in fix for fix in d.fixes)
+
+
+def test_unscaled_targets_are_named_when_the_learning_rate_blows_up() -> None:
+    torch.manual_seed(0)
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(64, 8)
+    price = 3e5 + 1e5 * x[:, :1]  # dollars, never scaled
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        for _ in range(50):
+            opt.zero_grad()
+            F.mse_loss(model(x), price).backward()
+            opt.step()
+    d = info.value.diagnosis
+    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
+    assert d.fixes[0].startswith("y = (y - y.mean()) / y.std()")
+    assert any(e.startswith("the loss was already 1.23e+11 at step 0") for e in d.evidence), d.evidence

@@ -181,6 +181,7 @@ def test_float16_overflow_is_low_precision() -> None:
     assert f.details["float32_finite"] is True and f.details["float32_absmax"] > 65504
     assert d is not None and d.cause is Cause.LOW_PRECISION_OVERFLOW
     assert any("mixed_bfloat16" in fix for fix in d.fixes)
+    assert d.summary == "float16 overflow in `MatMul`"  # TensorFlow's name for it, not torch's `mm`
 
 
 def test_mixed_precision_loss_scale_skips_are_not_failures_but_a_nan_batch_is() -> None:

@@ -112,6 +112,16 @@ def test_policy_skip_keeps_the_run_going(tmp_path: Path) -> None:
     assert "in all: 0 rollbacks, 0 batches dropped, 5 skipped" in r.stderr
 
 
+def test_policy_recover_says_why_it_stopped_on_a_cause_with_no_blind_fix(tmp_path: Path) -> None:
+    _script(tmp_path, NAN)  # sqrt(0) in backward: unsafe-op
+    r = _ng(tmp_path, "--policy", "recover", "--json", "log.json", "train.py")
+    assert r.returncode == 3, r.stderr
+    note = "policy 'recover' stopped here: unsafe-op has no blind fix"
+    assert f"nanguard: {note}" in r.stderr
+    log = json.loads((tmp_path / "log.json").read_text())
+    assert any(n.startswith(note) for n in log["notes"])
+
+
 def test_policy_recover_says_what_it_changed(tmp_path: Path) -> None:
     _script(tmp_path, """
         import torch, torch.nn as nn, torch.nn.functional as F

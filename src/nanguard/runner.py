@@ -259,9 +259,14 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
         log.exit_code = status
         for o in observers:
             o.close(log)  # the live line goes before the finding is printed
+        stop_note = _policy_stop_note(err_to_print, opts.policy)
+        if stop_note:
+            log.notes.append(stop_note)
         if err_to_print is not None:
             sys.stdout.flush()
             _print_finding(err_to_print, sys.stderr)
+            if stop_note:
+                print(f"nanguard: {stop_note}", file=sys.stderr)
         elif log.status == "recovered":
             from .core.render import recovery_summary
 
@@ -278,6 +283,18 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
 
             write_report(log, opts.report_path)
     return status
+
+
+def _policy_stop_note(err: NonFiniteError | None, policy: str) -> str | None:
+    """Why ``--policy recover`` stopped anyway, when its cause has no blind fix."""
+    from .core.policy import UNFIXABLE
+
+    diag = getattr(err, "diagnosis", None)
+    if err is None or policy != "recover" or diag is None or diag.cause not in UNFIXABLE:
+        return None
+    return (f"policy 'recover' stopped here: {diag.cause.value} has no blind fix (the changes above are "
+            "yours to make); --policy skip would skip such steps instead, and so would "
+            "attach(..., policy='recover', on_unfixable='skip') in your code")
 
 
 def _complete(err: NonFiniteError, sessions: list[Session]) -> NonFiniteError:

@@ -104,6 +104,13 @@ def _above_max(f32: float, dtype: str) -> str:
             f"{top:.{digits}g}")
 
 
+def _shown(f: Finding, op: str | None) -> str:
+    """The op as the finding's framework names it: ``addmm`` for torch, ``MatMul`` for TensorFlow."""
+    if f.framework == "keras" and f.op:
+        return f.op
+    return op or f.op or "?"
+
+
 def _nice_lr(lr: float) -> str:
     """A round learning rate a person would type: 2.5, 0.001, 3e-05."""
     if lr <= 0 or not math.isfinite(lr):
@@ -387,6 +394,7 @@ def diagnose(
     ctx = context if context is not None else RunContext(framework=f.framework)
     op = canonical_op(f.op)
     torch = ctx.framework != "keras"
+    shown = _shown(f, op)  # the op as the user's framework names it, for the evidence
     lr = ctx.lr
     opt = ctx.optimizer or "SGD"
 
@@ -442,10 +450,10 @@ def diagnose(
         by = f"`{canonical_op(masked.get('op'))}`" + (f" at {src}" if src else "")
         entire = op in ("softmax", "log_softmax")
         ev = [
-            (f"`{op}` {_where(f)} received a row that is -inf everywhere (every position masked) "
+            (f"`{shown}` {_where(f)} received a row that is -inf everywhere (every position masked) "
              f"and made {f.what}: softmax of only -inf is 0/0") if entire else
-            (f"`{op}` {_where(f)} turned the -inf of a mask into {f.what}"),
-            f"the -inf came from {by}: on its own it is harmless; it is this {op} that made NaN",
+            (f"`{shown}` {_where(f)} turned the -inf of a mask into {f.what}"),
+            f"the -inf came from {by}: on its own it is harmless; it is this {shown} that made NaN",
         ]
         x = _first(f)
         if x is not None and x.neginf:
@@ -465,7 +473,7 @@ def diagnose(
     # 3. the code wrote an explicit NaN/Inf (a -inf mask that reached the loss, a poisoned value) ---
     const = f.details.get("constant")
     if const is not None:
-        ev = [f"`{op}` {_where(f)} wrote the literal {const} and it reached the {f.reached or 'loss'}"]
+        ev = [f"`{shown}` {_where(f)} wrote the literal {const} and it reached the {f.reached or 'loss'}"]
         fixes = [
             "scores.masked_fill(mask, torch.finfo(scores.dtype).min)  # instead of float('-inf')"
             if torch
@@ -479,7 +487,7 @@ def diagnose(
     # 4. clip_grad_norm_ swallowed an overflow: the gradients' norm itself overflowed -----------
     if "clip_grad_norm_" in str(f.details.get("sink", "")):
         ev = [
-            f"`{op}` {_where(f)} overflowed: the total gradient norm is {f.what}",
+            f"`{shown}` {_where(f)} overflowed: the total gradient norm is {f.what}",
             "clip_grad_norm_ then scaled every gradient by 0: the update was silently zero "
             "and its returned norm was the only trace",
         ]
@@ -580,7 +588,7 @@ def diagnose(
         f32_finite = f.details.get("float32_finite")
         if f32_finite or (f32 is not None and f32 > _LOW_PRECISION[dtype]):
             ev = [
-                f"`{op}` {_where(f)} produced {f.what}",
+                f"`{shown}` {_where(f)} produced {f.what}",
                 _above_max(f32, dtype) if f32 is not None else "in float32 the same op stays finite",
             ]
             fixes = [
@@ -598,7 +606,7 @@ def diagnose(
                     "optimizer = keras.optimizers.LossScaleOptimizer(optimizer)  # for float16 gradients",
                 ]
             return Diagnosis(
-                Cause.LOW_PRECISION_OVERFLOW, 0.9, f"{dtype} overflow in `{op}`", ev, fixes
+                Cause.LOW_PRECISION_OVERFLOW, 0.9, f"{dtype} overflow in `{shown}`", ev, fixes
             )
 
     # 7. an op met its singularity --------------------------------------------------------------
@@ -688,7 +696,7 @@ def _overflow(f: Finding, h: History, ctx: RunContext, op: str) -> Diagnosis:
         ev = [f"{f.what} appeared {_where(f)}; the op that made it was not found "
               f"(`nanguard run --trace` names it)"]
     else:
-        ev = [f"`{op or f.op}` {_where(f)} produced {f.what} from finite inputs"]
+        ev = [f"`{_shown(f, op)}` {_where(f)} produced {f.what} from finite inputs"]
     x = max(f.inputs, key=lambda s: s.absmax or 0.0, default=None)
     if x is not None and x.absmax is not None:
         ev.append(f"its largest input magnitude was {_g(x.absmax)} ({x.name})")
@@ -777,9 +785,13 @@ def _overflow(f: Finding, h: History, ctx: RunContext, op: str) -> Diagnosis:
         if ctx.clip_norm is not None:
             ev.append(f"gradients were clipped at {_g(ctx.clip_norm)}, so the growth is in the weights, not the gradient norm")
         conf = 0.85 if (weights_grew and (big_updates or (loss_g and loss_g[2] > 2))) else 0.7
+        fixes = _lr_fixes(ctx, h)
+        hint = _scale_hint(h, torch)
+        if hint is not None:
+            ev.append(hint[0])
+            fixes.insert(0, hint[1])
         return Diagnosis(
-            Cause.LEARNING_RATE_TOO_HIGH, conf, "updates too large for the weights: they blew up", ev,
-            _lr_fixes(ctx, h),
+            Cause.LEARNING_RATE_TOO_HIGH, conf, "updates too large for the weights: they blew up", ev, fixes,
         )
 
     if grads_grew:
@@ -797,6 +809,25 @@ def _overflow(f: Finding, h: History, ctx: RunContext, op: str) -> Diagnosis:
         "an ordinary operation overflowed",
         ev,
         _lr_fixes(ctx, h),
+    )
+
+
+#: a loss this large at the first step means the targets (or inputs) were never scaled
+_LARGE_FIRST_LOSS = 1e6
+
+
+def _scale_hint(h: History, torch: bool) -> tuple[str, str] | None:
+    """(evidence, fix) when the run's loss was already huge at its first step: no learning rate
+    trains well on targets in the hundreds of thousands; scaling them is the fix that works."""
+    first = next((r for r in h if r.loss is not None and math.isfinite(r.loss)), None)
+    if first is None or first.step > 1 or abs(first.loss or 0.0) < _LARGE_FIRST_LOSS:
+        return None
+    return (
+        f"the loss was already {_g(first.loss)} at step {first.step}: the targets (or the inputs) are "
+        "on a large scale, which makes every update large",
+        ("y = (y - y.mean()) / y.std()  # scale the targets (and x the same way); undo it on predictions"
+         if torch else
+         "y = (y - y.mean()) / y.std()  # scale the targets (or keras.layers.Normalization for the inputs)"),
     )
 
 

@@ -27,10 +27,10 @@ from .config import POLICIES
 from .diagnosis import Diagnosis
 from .taxonomy import Cause
 
-__all__ = ["Action", "Recovery", "loss_scale_gave_up"]
+__all__ = ["UNFIXABLE", "Action", "Recovery", "loss_scale_gave_up"]
 
 _ROLLBACK = {Cause.LEARNING_RATE_TOO_HIGH, Cause.EXPLODING_GRADIENTS, Cause.OPTIMIZER_STATE}
-_UNFIXABLE = {
+UNFIXABLE = _UNFIXABLE = {
     Cause.UNSAFE_OP,
     Cause.BAD_INITIALIZATION,
     Cause.NONFINITE_PARAMETERS,
