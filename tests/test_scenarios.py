@@ -120,3 +120,16 @@ def test_the_held_out_scripts_match_their_labels() -> None:
                     pytrace=False)
     known = [r for r in results if r.name in KNOWN_MISSES]
     assert all(r.event is not None and r.event["cause"] == r.expect.cause for r in known)
+
+
+@pytest.mark.slow
+def test_the_held_out_keras_scripts_match_their_labels() -> None:
+    """11 Keras scripts written after the code by someone who had not read it
+    (benchmarks/scenarios/keras/holdout)."""
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("keras")
+    held_out = diagnose.discover(directory=diagnose.SCENARIOS_DIR / "keras" / "holdout")
+    assert len(held_out) == 11
+    wrong = [r for r in diagnose.run_all(held_out) if not r.ok or r.error]
+    if wrong:
+        pytest.fail("\n".join(_explain(r) for r in wrong), pytrace=False)
