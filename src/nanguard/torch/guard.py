@@ -298,6 +298,10 @@ class Guard(_autograd.BackwardListener):
             scheduler=type(scheds[0]).__name__ if scheds else None,
         )
 
+    #: the copy kept to replay an update is made while it costs at most this share of a step (the
+    #: measured copy; its real cost, with allocation and cache traffic, is up to twice that)
+    REPLAY_COPY_BUDGET = 0.02
+
     #: with policy "raise", the optimizer state is checked every this many steps (the weights
     #: every step): each check reads the tensors once, and on a memory-bound step that shows
     STATE_CHECK_EVERY = 16
@@ -925,7 +929,7 @@ class Guard(_autograd.BackwardListener):
     # --- replaying an optimizer step ------------------------------------------------------------
     def _keep_for_replay(self, opt: torch.optim.Optimizer, params: Sequence[torch.Tensor]) -> None:
         """Before a healthy update: keep a copy of weights, gradients and state — when they are
-        at most 64 MB together and copying them costs under 5 % of a step (until a step time is
+        at most 64 MB together and copying them costs under 2 % of a step (until a step time is
         known: when under 16 MB) — so an update that makes the weights non-finite can be replayed
         op by op. Larger models get the optimizer named (``Adam.step``) instead of the op."""
         now = time.perf_counter()
@@ -948,7 +952,7 @@ class Guard(_autograd.BackwardListener):
             step_time = sorted(self._step_times)[len(self._step_times) // 2]
             copy_time = sorted(self._copy_times)[len(self._copy_times) // 2]
             probe = self.step % 50 == 0  # measure again now and then, even when off
-            if copy_time > 0.05 * step_time and not probe:
+            if copy_time > self.REPLAY_COPY_BUDGET * step_time and not probe and not self._update_at_risk(opt):
                 self._pre_copy = None
                 return
         elif nbytes > 16 << 20:
@@ -965,6 +969,21 @@ class Guard(_autograd.BackwardListener):
             )
         self._copy_times.append(time.perf_counter() - t0)
         del self._copy_times[:-9]
+
+    def _update_at_risk(self, opt: torch.optim.Optimizer) -> bool:
+        """Could this update turn finite gradients into non-finite weights or state? Then the copy
+        to replay it is kept whatever it costs: gradients large enough for their squares to near
+        float32's range (Adam's ``exp_avg_sq``), a gradient norm 100× its usual size, or an
+        ``eps`` of 0 (0/0 where a gradient is exactly 0)."""
+        chk = self._pending
+        norm = chk.norm if chk is not None else None
+        if norm is not None and not norm < 1e15:
+            return True
+        if norm is not None:
+            usual = self.history.median("grad_norm", 50)
+            if usual is not None and usual > 0 and norm > 100 * usual:
+                return True
+        return any(isinstance(g.get("eps"), (int, float)) and g["eps"] < 1e-12 for g in opt.param_groups)
 
     def _replay_optimizer(self, opt: torch.optim.Optimizer, step: int) -> Finding | None:
         """Run ``step``'s update again from the copy made before it, under the locator, then put
