@@ -480,3 +480,26 @@ def test_unscaled_targets_are_named_when_the_learning_rate_blows_up() -> None:
     assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
     assert d.fixes[0].startswith("y = (y - y.mean()) / y.std()")
     assert any(e.startswith("the loss was already 1.23e+11 at step 0") for e in d.evidence), d.evidence
+
+
+def test_a_model_built_after_attaching_does_not_crowd_the_first_step_out_of_the_tape() -> None:
+    # as under `nanguard run`: the guard is on before the model is built, so step 0's tape
+    # starts with the model's initialisation — here 300 orthogonal_ inits, thousands of ops
+    with nanguard.attach() as guard:
+        torch.manual_seed(0)
+        layers: list[nn.Module] = []
+        for _ in range(300):
+            lin = nn.Linear(8, 8)
+            nn.init.orthogonal_(lin.weight)
+            layers += [lin, nn.Tanh()]
+        model = nn.Sequential(*layers)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.randn(16, 8)
+        x[3, 5] = float("nan")
+        with pytest.raises(NonFiniteError) as info:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+    f = info.value.finding
+    assert (f.phase, f.op, f.detected_by) == ("data", "input", "replay")
+    assert f.details["samples"][0]["index"] == 3 and not guard.recorder.truncated

@@ -98,11 +98,7 @@ def test_the_whole_suite_matches_its_labels() -> None:
 
 #: held-out scripts nanguard still gets wrong, and why — kept in the set and in the README's
 #: table; the test fails when one of them starts to pass (update this) or another goes wrong
-KNOWN_MISSES = {
-    # the cause is right; the replay of a 400-layer tanh MLP does not reproduce a backward overflow
-    # at the edge of float32 (inputs up to 1.9e38), so the op is not named (`--trace` names it)
-    "c04_explode_deep_tanh_orthogonal",
-}
+KNOWN_MISSES: set[str] = set()
 
 
 @pytest.mark.slow

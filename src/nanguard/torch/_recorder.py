@@ -149,8 +149,10 @@ class _Tape(TorchDispatchMode):
 class StepRecorder:
     """Keeps the events of the current step (see the module docstring).
 
-    ``max_events`` bounds the tape of one step; past it the oldest events are dropped and the
-    replay treats what they made as coming from outside.
+    ``max_events`` bounds the tape of one step. Before the step's forward pass starts (building
+    a model, preparing a batch: what the first step of a script records) a full tape is emptied
+    and the replay treats what those events made as coming from outside; after it, further
+    events are not recorded (``truncated``).
     """
 
     def __init__(self, modules: ModuleStack, max_events: int = 4096) -> None:
@@ -218,8 +220,14 @@ class StepRecorder:
 
     def _append(self, ev: Event) -> int:
         if len(self.events) >= self.max_events:
-            self.truncated = True
-            return -1
+            if not self._forward_started and not isinstance(ev, RootCall):
+                # set-up before the forward pass (a 400-layer model's initialisation fills the
+                # tape): none of it is needed to re-run the step; its results become inputs
+                self.events = []
+                self._made = WeakIdKeyDictionary()
+            else:
+                self.truncated = True
+                return -1
         self.events.append(ev)
         return len(self.events) - 1
 
@@ -243,7 +251,8 @@ class StepRecorder:
             aliased = [t for t in mutated if storage_key(t) not in self._fresh]
             if aliased:
                 prelude = aliased
-            elif torch.is_grad_enabled() and any(getattr(a, "requires_grad", False) for a in flat_args):
+            elif (torch.is_grad_enabled() and _builds_graph(func)
+                  and any(getattr(a, "requires_grad", False) for a in flat_args)):
                 self._forward_started = True
         if prelude is None:
             # an in-place op on a tensor from outside the step: keep what it overwrote
@@ -293,6 +302,21 @@ class StepRecorder:
     @property
     def has_events(self) -> bool:
         return bool(self.events)
+
+
+#: ops that read only the shape, dtype or device of a tensor that requires grad: they build no
+#: autograd graph, so they do not start a forward pass (``nn.init.orthogonal_`` calls
+#: ``weight.new_empty(...)`` while a model is built)
+_NO_GRAPH = frozenset({
+    "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "empty_like", "zeros_like",
+    "ones_like", "full_like", "rand_like", "randn_like", "randint_like", "detach", "alias",
+    "_local_scalar_dense", "is_nonzero", "equal",
+})
+
+
+def _builds_graph(func: Any) -> bool:
+    name = getattr(getattr(func, "overloadpacket", None), "__name__", "")
+    return name not in _NO_GRAPH
 
 
 def autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
