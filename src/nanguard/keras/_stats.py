@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ..core.finding import TensorStats
+from ..core.finding import Finding, TensorStats
 from ._compat import tf, values_of
 
-__all__ = ["bad_samples", "counts", "dtype_name", "is_finite", "tensor_stats", "to_numpy"]
+__all__ = ["bad_samples", "counts", "dtype_name", "finding_for", "is_finite", "tensor_stats", "to_numpy"]
 
 
 def dtype_name(t: Any) -> str:
@@ -88,3 +88,16 @@ def bad_samples(t: Any, limit: int = 20) -> list[dict[str, Any]]:
             d["features"] = [[int(k) for k in np.unravel_index(int(j), a.shape[1:])] for j in feats]
         out.append(d)
     return out
+
+
+def finding_for(t: Any, phase: str, op: str | None, **fields: Any) -> Finding:
+    """A Keras :class:`Finding` about the non-finite values of ``t``: its dtype, shape and NaN/±Inf
+    counts filled in; every other field as given."""
+    fields.setdefault("framework", "keras")
+    if t is None:
+        return Finding(phase=phase, op=op, **fields)
+    nan, pinf, ninf = counts(t)
+    return Finding(
+        phase=phase, op=op, dtype=dtype_name(t), shape=tuple(int(s) for s in t.shape),
+        nan=nan, posinf=pinf, neginf=ninf, **fields,
+    )

@@ -41,7 +41,7 @@ from ..core.policy import Action, Recovery, loss_scale_gave_up
 from ..core.source import user_frame
 from . import _patches
 from ._compat import keras, unwrap_optimizer, var_path
-from ._stats import counts, dtype_name
+from ._stats import finding_for
 from .replay import replay, replay_of, state_variables
 from .snapshot import Snapshotter
 from .watch import GuardState, StepStats
@@ -458,23 +458,17 @@ class KerasGuard:
         pnames = [var_path(v) for v in bad]
         layer_of = var_path(owner_of_slot) if owner_of_slot is not None else (pnames[0] if pnames else "")
         first = bad[0] if bad else (state.var_refs[0] if state.var_refs else None)
-        nan, pinf, ninf = counts(first) if first is not None else (0, 0, 0)
         loc = user_frame(2)
-        return Finding(
-            phase="optimizer",
-            op=f"{type(opt).__name__}.apply",
+        return finding_for(
+            first,
+            "optimizer",
+            f"{type(opt).__name__}.apply",
             module=layer_of.rsplit("/", 1)[0] if "/" in layer_of else None,
             source=loc.short if loc else None,
             source_code=loc.code if loc else None,
             step=self.step,
-            dtype=dtype_name(first) if first is not None else None,
-            shape=tuple(int(d) for d in first.shape) if first is not None else (),
-            nan=nan,
-            posinf=pinf,
-            neginf=ninf,
             reached=reached,
             detected_by="watch",
-            framework="keras",
             details={
                 "parameters": pnames,
                 "grads_finite": True,

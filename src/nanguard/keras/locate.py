@@ -41,7 +41,7 @@ from ..core.finding import Finding, TensorStats
 from ..core.source import SourceLocation, user_frame
 from . import _patches
 from ._compat import run_eagerly, tf, values_of, var_handle_id, var_path
-from ._stats import bad_samples, counts, dtype_name, is_finite, tensor_stats, to_numpy
+from ._stats import bad_samples, counts, finding_for, is_finite, tensor_stats, to_numpy
 
 __all__ = ["Locator", "locate"]
 
@@ -158,18 +158,12 @@ class Locator:
         for name, t in items:
             if not _float(t) or is_finite(t):
                 continue
-            nan, pinf, ninf = counts(t)
-            f = Finding(
-                phase="data",
-                op="input",
+            f = finding_for(
+                t,
+                "data",
+                "input",
                 step=self.step,
-                dtype=dtype_name(t),
-                shape=tuple(int(s) for s in t.shape),
-                nan=nan,
-                posinf=pinf,
-                neginf=ninf,
                 detected_by=self.detected_by,
-                framework="keras",
                 details={"origin": "data", "input_name": name, "samples": bad_samples(t)},
             )
             self._tracked[t._id] = Origin(f)
@@ -484,42 +478,30 @@ class Locator:
     # --- origins ------------------------------------------------------------------------------------
     def _parameter_origin(self, handle: Any, out: Any, phase: str) -> Origin:
         name = self._var_names.get(getattr(handle, "_id", -1))
-        nan, pinf, ninf = counts(out)
         module = name.rsplit("/", 1)[0] if name and "/" in name else None
-        f = Finding(
-            phase=phase if phase != "data" else "forward",
-            op="parameter",
+        f = finding_for(
+            out,
+            phase if phase != "data" else "forward",
+            "parameter",
             module=module,
             step=self.step,
-            dtype=dtype_name(out),
-            shape=tuple(int(s) for s in out.shape),
-            nan=nan,
-            posinf=pinf,
-            neginf=ninf,
             detected_by=self.detected_by,
-            framework="keras",
             details={"origin": "parameter", "parameters": [name] if name else []},
         )
         return Origin(f)
 
     def _outside_origin(self, t: Any, phase: str) -> Origin:
         where = self._where(phase)
-        nan, pinf, ninf = counts(t)
-        f = Finding(
-            phase="data",
-            op="input",
+        f = finding_for(
+            t,
+            "data",
+            "input",
             module=where.path,
             module_type=where.typ,
             source=where.source,
             source_code=where.code,
             step=self.step,
-            dtype=dtype_name(t),
-            shape=tuple(int(s) for s in t.shape),
-            nan=nan,
-            posinf=pinf,
-            neginf=ninf,
             detected_by=self.detected_by,
-            framework="keras",
             details={"origin": "data", "input_name": "a tensor from outside the model",
                      "samples": bad_samples(t)},
         )
@@ -549,31 +531,25 @@ class Locator:
                 producers.append(p)
             if op_type == "Pow" and i == 1 and int(np.prod(t.shape)) == 1:
                 scalars["exponent"] = float(to_numpy(t).reshape(-1)[0])
-        nan, pinf, ninf = counts(out)
         details: dict[str, Any] = {}
         if producers:
             details["input_producers"] = producers[:4]
-        f = Finding(
-            phase=phase,
-            op=op_type,
+        f = finding_for(
+            out,
+            phase,
+            op_type,
             module=where.path,
             module_type=where.typ,
             source=where.source,
             source_code=where.code,
             grad_fn=where.grad_fn if phase == "backward" else None,
             step=self.step,
-            dtype=dtype_name(out),
-            shape=tuple(int(s) for s in out.shape),
-            nan=nan,
-            posinf=pinf,
-            neginf=ninf,
             detected_by=self.detected_by,
-            framework="keras",
             inputs=stats,
             scalars=scalars,
             details=details,
         )
-        if out.dtype in (tf.float16, tf.bfloat16) and (pinf or ninf or nan):
+        if out.dtype in (tf.float16, tf.bfloat16) and (f.posinf or f.neginf or f.nan):
             _float32_check(op_type, inputs, attrs, f)
         return Origin(f)
 
@@ -628,18 +604,12 @@ class Locator:
         return None
 
     def _unknown(self, t: Any, phase: str, what: str) -> Origin:
-        nan, pinf, ninf = counts(t)
-        f = Finding(
-            phase=phase,
-            op=None,
+        f = finding_for(
+            t,
+            phase,
+            None,
             step=self.step,
-            dtype=dtype_name(t),
-            shape=tuple(int(s) for s in t.shape),
-            nan=nan,
-            posinf=pinf,
-            neginf=ninf,
             detected_by=self.detected_by,
-            framework="keras",
             details={"note": f"{what} was non-finite, but no op the locator saw made it "
                      "(compiled code, or a tensor made before the locator started)"},
         )
