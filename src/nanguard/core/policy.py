@@ -27,7 +27,7 @@ from .config import POLICIES
 from .diagnosis import Diagnosis
 from .taxonomy import Cause
 
-__all__ = ["UNFIXABLE", "Action", "Recovery", "loss_scale_gave_up"]
+__all__ = ["UNFIXABLE", "Action", "Recovery", "RecoveryCounters", "loss_scale_gave_up"]
 
 _ROLLBACK = {Cause.LEARNING_RATE_TOO_HIGH, Cause.EXPLODING_GRADIENTS, Cause.OPTIMIZER_STATE}
 UNFIXABLE = _UNFIXABLE = {
@@ -185,6 +185,28 @@ class Recovery:
 
     def attempts(self) -> list[str]:
         return [f"step {r['step']}: {r['description']}" for r in self.recoveries]
+
+
+class RecoveryCounters:
+    """The counters of a guard, under the names optax's ``apply_if_finite`` and accelerate use,
+    for any object that keeps its policy's :class:`Recovery` as ``self.recovery``."""
+
+    recovery: Recovery
+
+    @property
+    def notfinite_count(self) -> int:
+        """Consecutive non-finite steps so far (reset by a healthy step)."""
+        return self.recovery.notfinite_count
+
+    @property
+    def total_notfinite(self) -> int:
+        """All non-finite steps of the run (skipped, dropped or rolled back)."""
+        return self.recovery.total_notfinite
+
+    @property
+    def recoveries(self) -> list[dict[str, Any]]:
+        """What the policy did, one entry per action (the run log's ``recoveries``)."""
+        return self.recovery.recoveries
 
 
 #: a loss scaler that keeps skipping is given up on after this many skips in a row, whatever

@@ -46,7 +46,7 @@ from ..core.errors import GiveUpError, NonFiniteError
 from ..core.finding import Finding
 from ..core.history import History, StepRecord
 from ..core.ops import update_norm_estimate
-from ..core.policy import Recovery
+from ..core.policy import Recovery, RecoveryCounters
 from ..torch import _dist
 from ..torch._recorder import RngState
 from ..torch.locator import locate
@@ -57,7 +57,7 @@ from ._common import RunRecord
 __all__ = ["NanGuardCallback"]
 
 
-class NanGuardCallback(pl.Callback, RunRecord):
+class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
     """Catch the first NaN/Inf of a Lightning run at its origin; stop, skip or recover.
 
     Args:
@@ -108,10 +108,6 @@ class NanGuardCallback(pl.Callback, RunRecord):
         self._saved_lrs: list[tuple[dict[str, Any], Any]] = []
         self._skipped = False
         self._names: list[str] = []
-
-    @property
-    def recoveries(self) -> list[dict[str, Any]]:
-        return self.recovery.recoveries
 
     @property
     def steps(self) -> int:

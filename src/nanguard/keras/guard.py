@@ -37,7 +37,7 @@ from ..core.errors import GiveUpError, NonFiniteError
 from ..core.finding import Finding
 from ..core.history import History, StepRecord
 from ..core.ops import update_norm_estimate
-from ..core.policy import Action, Recovery, loss_scale_gave_up
+from ..core.policy import Action, Recovery, RecoveryCounters, loss_scale_gave_up
 from ..core.source import user_frame
 from . import _patches
 from ._compat import keras, unwrap_optimizer, var_path
@@ -54,7 +54,7 @@ Prepare = Callable[[], tuple[Callable[[], Any], Sequence[tuple[str, Any]]]]
 _HYPER = ("momentum", "beta_1", "beta_2", "weight_decay", "rho", "nesterov")
 
 
-class KerasGuard:
+class KerasGuard(RecoveryCounters):
     """The handle :func:`attach` returns (and what :class:`~nanguard.keras.NanGuard` drives).
 
     Attributes:
@@ -123,19 +123,6 @@ class KerasGuard:
         self.verify = os.environ.get("NANGUARD_VERIFY", "") == "1"
         self.violations: list[dict[str, Any]] = []
         self._updated = False  # an update has been applied in this run
-
-    # --- counters (optax / accelerate names) --------------------------------------------------------
-    @property
-    def notfinite_count(self) -> int:
-        return self.recovery.notfinite_count
-
-    @property
-    def total_notfinite(self) -> int:
-        return self.recovery.total_notfinite
-
-    @property
-    def recoveries(self) -> list[dict[str, Any]]:
-        return self.recovery.recoveries
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def install(self) -> KerasGuard:

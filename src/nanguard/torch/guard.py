@@ -35,7 +35,7 @@ from ..core.errors import GiveUpError, NonFiniteError
 from ..core.finding import Finding
 from ..core.history import History, StepRecord
 from ..core.ops import update_norm_estimate
-from ..core.policy import Recovery, loss_scale_gave_up
+from ..core.policy import Recovery, RecoveryCounters, loss_scale_gave_up
 from ..core.source import user_frame
 from . import _autograd, _dist, _patches
 from ._modules import ModuleStack
@@ -53,7 +53,7 @@ _ATTACHED: weakref.WeakKeyDictionary[Any, Guard] = weakref.WeakKeyDictionary()
 _HYPER = ("lr", "eps", "momentum", "weight_decay", "betas", "alpha", "nesterov", "dampening")
 
 
-class Guard(_autograd.BackwardListener):
+class Guard(RecoveryCounters, _autograd.BackwardListener):
     """The handle :func:`attach` returns. Use it as a context manager or call :meth:`detach`.
 
     Attributes:
@@ -151,21 +151,6 @@ class Guard(_autograd.BackwardListener):
         self._copy_times: list[float] = []
         self._step_times: list[float] = []
         self._last_pre: float | None = None
-
-    # --- counters (optax / accelerate names) -----------------------------------------------------
-    @property
-    def notfinite_count(self) -> int:
-        """Consecutive non-finite steps so far (reset by a healthy step)."""
-        return self.recovery.notfinite_count
-
-    @property
-    def total_notfinite(self) -> int:
-        """All non-finite steps of the run (skipped, dropped or rolled back)."""
-        return self.recovery.total_notfinite
-
-    @property
-    def recoveries(self) -> list[dict[str, Any]]:
-        return self.recovery.recoveries
 
     # --- lifecycle ---------------------------------------------------------------------------
     def install(self) -> Guard:
