@@ -18,10 +18,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ..core.diagnosis import Diagnosis, diagnose
 from ..core.errors import NonFiniteError
-from ..core.finding import Finding
-from ..core.history import History
+from ..core.session import GuardSession
 from . import _patches
 from ._compat import keras, tf
 from .callback import NanGuard
@@ -34,7 +32,7 @@ __all__ = ["KerasSession"]
 _MISSING = object()
 
 
-class KerasSession:
+class KerasSession(GuardSession):
     """The Keras side of a ``nanguard run``."""
 
     framework = "keras"
@@ -85,12 +83,7 @@ class KerasSession:
 
     def uninstall_notes(self) -> list[str]:
         """Notes for the run log (the guarantee check under ``NANGUARD_VERIFY=1``)."""
-        if not self.guard.verify or self.guard.policy == "raise":
-            return []
-        if not self.guard.violations:
-            return ["verify: weights and optimizer state stayed finite after every step"]
-        return [f"verify: non-finite after step {v['step']}: {', '.join(v['tensors'])}"
-                for v in self.guard.violations]
+        return [] if self.guard.policy == "raise" else self.verify_notes()
 
     # --- adoption, steps ----------------------------------------------------------------------
     def _adopt(self, optimizer: Any) -> bool:
@@ -145,35 +138,7 @@ class KerasSession:
         else:
             keras.Model.fit = self._own_fit
 
-    # --- results --------------------------------------------------------------------------------
-    @property
-    def steps(self) -> int:
-        return self.guard.step
-
-    @property
-    def history(self) -> History:
-        return self.guard.history
-
-    @property
-    def events(self) -> list[tuple[Finding, Diagnosis | None]]:
-        return list(self.guard.findings)
-
-    @property
-    def recoveries(self) -> list[dict[str, Any]]:
-        return list(self.guard.recoveries)
-
-    def complete(self, err: NonFiniteError) -> NonFiniteError:
-        """Fill in what a tracer's error lacks (step, diagnosis) and remember it."""
-        f = err.finding
-        if f.step is None:
-            f.step = self.guard.step
-        if err.diagnosis is None:
-            if not self.guard.history.healthy():
-                f.details.setdefault("first_step", True)
-            err.diagnosis = diagnose(f, self.guard.history, self.guard.context())
-        if not any(x is f for x, _ in self.guard.findings):
-            self.guard.findings.append((f, err.diagnosis))
-        return err
+    # --- results (steps, history, events, recoveries, complete: GuardSession) ---------------------
 
     def explain_crash(self, exc: BaseException) -> NonFiniteError | None:
         """The script raised something else: was a non-finite value the guard met the reason?

@@ -10,10 +10,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..core.diagnosis import Diagnosis, diagnose
+from ..core.diagnosis import diagnose
 from ..core.errors import NonFiniteError
-from ..core.finding import Finding
-from ..core.history import History
+from ..core.session import GuardSession
 from .guard import Guard
 from .locator import Locator, _LocateListener
 from .replay import replay
@@ -21,7 +20,7 @@ from .replay import replay
 __all__ = ["TorchSession"]
 
 
-class TorchSession:
+class TorchSession(GuardSession):
     """The torch side of a ``nanguard run``: a global :class:`Guard`, optionally a tracer."""
 
     framework = "torch"
@@ -72,43 +71,9 @@ class TorchSession:
             self._locator.step = self.guard.step
 
     # --- results --------------------------------------------------------------------------------
-    @property
-    def steps(self) -> int:
-        return self.guard.step
-
-    @property
-    def history(self) -> History:
-        return self.guard.history
-
-    @property
-    def events(self) -> list[tuple[Finding, Diagnosis | None]]:
-        return list(self.guard.findings)
-
-    @property
-    def recoveries(self) -> list[dict[str, Any]]:
-        return list(getattr(self.guard, "recoveries", []))
-
     def uninstall_notes(self) -> list[str]:
         """Notes for the run log, gathered at the end (guarantee checks under NANGUARD_VERIFY)."""
-        if not self.guard.verify:
-            return []
-        if not self.guard.violations:
-            return ["verify: weights and optimizer state stayed finite after every step"]
-        return [f"verify: non-finite after step {v['step']}: {', '.join(v['tensors'])}"
-                for v in self.guard.violations]
-
-    def complete(self, err: NonFiniteError) -> NonFiniteError:
-        """Fill in what a tracer's error lacks (step, diagnosis) and remember it."""
-        f = err.finding
-        if f.step is None:
-            f.step = self.guard.step
-        if err.diagnosis is None:
-            if not self.guard.history.healthy():
-                f.details.setdefault("first_step", True)
-            err.diagnosis = diagnose(f, self.guard.history, self.guard.context())
-        if not any(x is f for x, _ in self.guard.findings):
-            self.guard.findings.append((f, err.diagnosis))
-        return err
+        return self.verify_notes()
 
     def explain_crash(self, exc: BaseException) -> NonFiniteError | None:
         """The script raised something else: did a non-finite value cause it?
