@@ -159,6 +159,17 @@ class Finding:
             return parts[1]
         return parts[0]
 
+    def mark_reached(self, what: str, step: int | None, **details: Any) -> None:
+        """The value made here reached ``what`` (``"loss"``, ``"gradients"``, ...): called by a
+        locator at the first sink, and again by later ones, which only add what is new."""
+        if self.reached is None:
+            self.reached = what
+        for k, v in details.items():
+            if v and k not in self.details:
+                self.details[k] = v
+        if self.step is None:
+            self.step = step
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["shape"] = list(self.shape)

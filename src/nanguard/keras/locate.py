@@ -617,13 +617,7 @@ class Locator:
 
     def _reached(self, origin: Origin, what: str, **details: Any) -> None:
         f = origin.finding
-        if f.reached is None:
-            f.reached = what
-        for k, v in details.items():
-            if v and k not in f.details:
-                f.details[k] = v
-        if f.step is None:
-            f.step = self.step
+        f.mark_reached(what, self.step, **details)
         if origin.relu_note and "relu_grad" not in f.details and f.phase in ("data", "forward"):
             f.details["relu_grad"] = origin.relu_note
             f.details["relu_grad_layer"] = origin.relu_layer

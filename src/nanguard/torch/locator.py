@@ -844,13 +844,7 @@ class Locator(TorchDispatchMode):
     # --- sinks -------------------------------------------------------------------------------------
     def _reached(self, origin: Origin, what: str, **details: Any) -> None:
         f = origin.finding
-        if f.reached is None:
-            f.reached = what
-        for k, v in details.items():
-            if v and k not in f.details:
-                f.details[k] = v
-        if f.step is None:
-            f.step = self.step
+        f.mark_reached(what, self.step, **details)
         if self.relu_grad_note and "relu_grad" not in f.details:
             f.details["relu_grad"] = self.relu_grad_note
             f.details["relu_grad_layer"] = self.relu_grad_where
