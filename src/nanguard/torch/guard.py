@@ -664,6 +664,7 @@ class Guard(RecoveryCounters, _autograd.BackwardListener):
 
     _event_tag: str | None = None
     _copy_size: tuple[tuple[int, int, int, int], int] | None = None
+    _usual_gn: tuple[int, float | None] | None = None
     _n_params: int | None = None
     _names_for: tuple[int, list[int], list[str]] | None = None
 
@@ -965,7 +966,10 @@ class Guard(RecoveryCounters, _autograd.BackwardListener):
         if norm is not None and not norm < 1e15:
             return True
         if norm is not None:
-            usual = self.history.median("grad_norm", 50)
+            # the median of the last 50 norms, refreshed every 16 steps: this runs at every step
+            if self._usual_gn is None or self._usual_gn[0] != self.step // 16:
+                self._usual_gn = (self.step // 16, self.history.median("grad_norm", 50))
+            usual = self._usual_gn[1]
             if usual is not None and usual > 0 and norm > 100 * usual:
                 return True
         return any(isinstance(g.get("eps"), (int, float)) and g["eps"] < 1e-12 for g in opt.param_groups)
