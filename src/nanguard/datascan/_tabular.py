@@ -123,14 +123,12 @@ class _Pending:
 
 
 def _guess_delimiter(header: bytes) -> str:
-    """``,`` unless the header row has none and is split by ``;`` (the CSV of locales with a decimal
-    comma), a tab or ``|`` instead."""
-    text = header.decode("utf-8", "replace")
-    if "," in text:
+    """The separator of the header row, by :class:`csv.Sniffer` among ``,``, ``;`` (the CSV of
+    locales with a decimal comma), tab and ``|``; ``,`` when it cannot tell."""
+    try:
+        return csv.Sniffer().sniff(header.decode("utf-8", "replace"), delimiters=",;\t|").delimiter
+    except csv.Error:
         return ","
-    counts = {d: text.count(d) for d in (";", "\t", "|")}
-    best = max(counts, key=lambda d: counts[d])
-    return best if counts[best] else ","
 
 
 def scan_csv(
