@@ -255,7 +255,7 @@ def held_mb(case: Case, policy: str, device: torch.device) -> float:
     g = nanguard.attach(m, opt, policy=policy, snapshot_every=1)
     try:
         time_block(case, "plain", m, opt, device, 20)
-        held = _nbytes(g._pre_copy)
+        held = _nbytes(g.update_replay.copy)
         if g.snapshots.last is not None:
             held += g.snapshots.last.nbytes
     finally:

@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import overhead
-from nanguard.torch import _recorder, guard
+from nanguard.torch import _guard_base, _recorder, _update_replay
 
 PARTS = ("zero_grad", "forward", "loss", "backward", "step")
 
@@ -60,10 +60,10 @@ def _noop(*_a: object, **_k: object) -> None:
 
 #: (what is switched off, the class, the method) — cumulative, in this order
 ABLATION: list[tuple[str, type, str]] = [
-    ("the copy kept to replay an update", guard.Guard, "_keep_for_replay"),
+    ("the copy kept to replay an update", _update_replay.UpdateReplay, "keep"),
     ("the tape of ops outside modules", _recorder.StepRecorder, "tape_on"),
     ("recording the model call", _recorder.StepRecorder, "root_enter"),
-    ("the per-step history record", guard.Guard, "_record"),
+    ("the per-step history record", _guard_base.GuardBase, "_record"),
 ]
 
 

@@ -49,6 +49,7 @@ class Session(Protocol):
     @property
     def recoveries(self) -> list[dict[str, Any]]: ...
     def complete(self, err: NonFiniteError) -> NonFiniteError: ...
+    def swallowed(self) -> tuple[NonFiniteError, str] | None: ...
     def explain_crash(self, exc: BaseException) -> NonFiniteError | None: ...
 
 
@@ -197,6 +198,7 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
 
     t0 = time.perf_counter()
     status = 0
+    swallow_note: str | None = None
     err_to_print: NonFiniteError | None = None
     try:
         runpy.run_path(script, run_name="__main__")
@@ -252,6 +254,13 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
             log.recoveries.extend(s.recoveries)
             s.uninstall()  # may add notes (the guarantee check under NANGUARD_VERIFY)
             log.notes.extend(s.notes)
+        if log.status == "ok" and err_to_print is None:
+            caught = next((c for c in (s.swallowed() for s in sessions) if c is not None), None)
+            if caught is not None:  # the script swallowed the finding; it is reported anyway
+                err_to_print, swallow_note = caught
+                log.status = "nonfinite"
+                log.notes.append(swallow_note)
+                status = status or EXIT_NONFINITE
         if log.status == "ok" and log.recoveries:
             log.status = "recovered"
         elif log.status == "ok" and log.events:
@@ -265,8 +274,9 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
         if err_to_print is not None:
             sys.stdout.flush()
             _print_finding(err_to_print, sys.stderr)
-            if stop_note:
-                print(f"nanguard: {stop_note}", file=sys.stderr)
+            for note in (stop_note, swallow_note):
+                if note:
+                    print(f"nanguard: {note}", file=sys.stderr)
         elif log.status == "recovered":
             from .core.render import recovery_summary
 

@@ -33,6 +33,7 @@ class StepRecord:
     finite: bool = True
     skipped: bool = False
     event: str | None = None  # "nonfinite", "skip", "rollback", ...
+    optimizer: str | None = None  # which optimizer stepped (set only when a run has several)
     layer_values: list[float] | None = None  # per-tensor gradient norms ...
     layer_names: list[str] | None = None  # ... and their names (a list shared between steps)
 
@@ -76,6 +77,8 @@ class StepRecord:
             d["skipped"] = True
         if self.event:
             d["event"] = self.event
+        if self.optimizer:
+            d["optimizer"] = self.optimizer
         layers = self.layer_grad_norms
         if layers:
             d["layer_grad_norms"] = {k: clean(v) for k, v in layers.items()}
@@ -166,6 +169,25 @@ class History:
             return None
         k = min(len(vals) - 1, max(0, round(q * (len(vals) - 1))))
         return vals[k]
+
+    def of(self, optimizer: str | None) -> History:
+        """The steps of one optimizer (a GAN's generator), for a diagnosis of its step; the
+        whole history when ``optimizer`` is ``None`` or the run has only one."""
+        if optimizer is None or not any(r.optimizer for r in self._records):
+            return self
+        out = History(maxlen=self.maxlen, layer_window=self.layer_window)
+        out._records = deque(r for r in self._records if r.optimizer in (None, optimizer))
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """A few numbers of the healthy history (kept by a guard's ``state_dict``)."""
+        return {
+            "steps": len(self._records),
+            "healthy_steps": len(self.healthy()),
+            "median_loss": self.median("loss", 200),
+            "median_grad_norm": self.median("grad_norm", 200),
+            "median_update_ratio": self.median_update_ratio(),
+        }
 
     def to_list(self) -> list[dict[str, Any]]:
         return [r.to_dict() for r in self._records]

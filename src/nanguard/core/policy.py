@@ -27,9 +27,9 @@ from .config import POLICIES
 from .diagnosis import Diagnosis
 from .taxonomy import Cause
 
-__all__ = ["UNFIXABLE", "Action", "Recovery", "RecoveryCounters", "loss_scale_gave_up"]
+__all__ = ["ROLLBACK", "UNFIXABLE", "Action", "Recovery", "RecoveryCounters", "loss_scale_gave_up"]
 
-_ROLLBACK = {Cause.LEARNING_RATE_TOO_HIGH, Cause.EXPLODING_GRADIENTS, Cause.OPTIMIZER_STATE}
+ROLLBACK = _ROLLBACK = {Cause.LEARNING_RATE_TOO_HIGH, Cause.EXPLODING_GRADIENTS, Cause.OPTIMIZER_STATE}
 UNFIXABLE = _UNFIXABLE = {
     Cause.UNSAFE_OP,
     Cause.BAD_INITIALIZATION,
@@ -120,6 +120,8 @@ class Recovery:
             return self._skip(step, "the batch holds NaN/Inf: dropped it", kind="drop_batch")
         if cause in _UNFIXABLE:
             return Action("raise", f"{cause.value} cannot be fixed blindly")
+        if cause not in _ROLLBACK:  # a cause with no rule of its own is never rolled back blindly
+            return Action("raise", f"{cause.value}: no recovery rule")
         # roll back: learning rate, exploding gradients, optimizer state
         recent = [r for r in self.recoveries if r.get("action") == "rollback" and step - r["step"] < self.window]
         if len(recent) >= self.max_recoveries:

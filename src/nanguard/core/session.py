@@ -48,6 +48,19 @@ class GuardSession:
         return [f"verify: non-finite after step {v['step']}: {', '.join(v['tensors'])}"
                 for v in self.guard.violations]
 
+    def swallowed(self) -> tuple[NonFiniteError, str] | None:
+        """The first error the guard raised, when the script caught it and went on (``try: ...
+        except Exception: continue`` around its step): the error, and a note saying so."""
+        controller = getattr(self.guard, "controller", None)
+        got = controller.swallowed() if controller is not None else None
+        if got is None:
+            return None
+        finding, diag, step = got
+        n = int(getattr(controller, "steps_after_raise", 0))
+        note = (f"the script caught nanguard's error at step {step} and went on for {n} more "
+                f"step{'s' if n != 1 else ''}; the finding stands (exit status 3)")
+        return NonFiniteError(finding, diag), note
+
     def complete(self, err: NonFiniteError) -> NonFiniteError:
         """Fill in what a tracer's error lacks (step, diagnosis) and remember it."""
         f = err.finding

@@ -98,6 +98,19 @@ def _scaler_init(orig: Callable[..., Any]) -> Callable[..., Any]:
     return __init__
 
 
+def _scaler_scale(orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def scale(self: Any, outputs: Any) -> Any:
+        # a scaler made before the guard is known from the first loss it scales: before the
+        # backward whose overflowing (scaled) gradients it will skip itself
+        from .snapshot import SCALERS
+
+        SCALERS.add(self)
+        return orig(self, outputs)
+
+    return scale
+
+
 def _scaler_step(orig: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(orig)
     def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
@@ -143,6 +156,7 @@ def register_guard(guard: Any) -> None:
             (lr_scheduler.LRScheduler, "__init__", _sched_init),
             (grad_scaler.GradScaler, "__init__", _scaler_init),
             (grad_scaler.GradScaler, "step", _scaler_step),
+            (grad_scaler.GradScaler, "scale", _scaler_scale),
         ]
         import torch.nn.utils as nn_utils
         from torch.nn.utils import clip_grad as clip_mod

@@ -13,7 +13,7 @@ from typing import Any
 from ..core.diagnosis import diagnose
 from ..core.errors import NonFiniteError
 from ..core.session import GuardSession
-from .guard import Guard
+from .guard import _SESSION, Guard
 from .locator import Locator, _LocateListener
 from .replay import replay
 
@@ -38,6 +38,7 @@ class TorchSession(GuardSession):
         # they are nanguard's, not the script's, and nanguard expects that
         warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
         self.guard.install()
+        _SESSION.append(self.guard)  # a script's own attach() adopts this guard
         if self.trace:
             from . import _autograd
 
@@ -64,6 +65,7 @@ class TorchSession(GuardSession):
         for h in self._handles:
             h.remove()
         self._handles = []
+        self.guard._adopted = 0
         self.guard.detach()
 
     def _sync_step(self) -> None:

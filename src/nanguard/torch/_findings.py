@@ -1,0 +1,129 @@
+"""How a torch guard turns a failed check into a :class:`~nanguard.core.finding.Finding`.
+
+Runs only after the fused check failed: the step is replayed under the locator
+(:func:`locate_step`); where the replay cannot name the op, the watch's own numbers make the
+finding (:func:`watch_finding`). A failed check *after* an update is the optimizer's
+(:func:`optimizer_finding`, with the update replayed op by op when a copy was kept), or — before
+any update — weights that came in non-finite (:func:`parameter_finding`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..core.finding import Finding
+from ..core.source import user_frame
+from . import _dist
+from ._stats import finding_for
+from .replay import replay
+from .watch import NormCheck
+
+if TYPE_CHECKING:
+    from ._guard_base import GuardBase as Guard
+
+__all__ = ["locate_step", "optimizer_finding", "parameter_finding", "watch_finding"]
+
+
+def _module_of(name: str) -> str:
+    return name.rsplit(".", 1)[0] if "." in name else ""
+
+
+def locate_step(guard: Guard, chk: NormCheck, params: Sequence[torch.Tensor]) -> Finding:
+    """Replay the step's recorded events under the locator; the finding of the op that made
+    the value (or the watch's, with a note, when the replay did not reproduce it)."""
+    finding = None
+    extra: dict[str, Any] = {}
+    if guard.replay_enabled and guard.recorder.events:
+        finding, extra = replay(
+            guard.recorder.events, model=guard.model, modules=guard.modules, step=guard.step,
+            sinks=guard._sinks,
+        )
+    if finding is None:
+        finding = watch_finding(guard, chk, params)
+        if guard.replay_enabled:
+            finding.details.setdefault(
+                "note",
+                "the replay of this step did not reproduce the non-finite value; "
+                "run with nanguard.locate() / --trace for the exact op",
+            )
+    scale = extra.get("activation_scale") or []
+    if scale:
+        finding.details.setdefault("activation_scale", scale[:32])
+    if _dist.active():
+        finding.rank = _dist.rank()
+    return finding
+
+
+def watch_finding(guard: Guard, chk: NormCheck, params: Sequence[torch.Tensor]) -> Finding:
+    """What the fused check itself saw: the first non-finite gradient, or the loss."""
+    names = guard.watch.param_names()
+    bad = [params[i] for i in chk.bad if i < len(params)]
+    if bad:
+        g = bad[0].grad
+        assert g is not None
+        pnames = [names.get(id(p), "?") for p in bad]
+        return finding_for(
+            g, "backward", None, module=_module_of(pnames[0]), step=guard.step,
+            reached="gradients", detected_by="watch", details={"gradients": pnames},
+        )
+    return Finding(
+        phase="forward", op=None, step=guard.step, reached="loss", detected_by="watch",
+        details={"losses": [v if math.isfinite(v) else str(v) for v in chk.losses]},
+    )
+
+
+def optimizer_finding(guard: Guard, opt: torch.optim.Optimizer, pchk: NormCheck, step: int,
+                      wnames: Sequence[str]) -> Finding:
+    """The weights (or the optimizer state) were finite before ``step``'s update and are not
+    after it. The update is replayed op by op when a copy from before it was affordable."""
+    weights, _ = guard.watch.weights(opt)
+    badn = [wnames[i] for i in pchk.bad if i < len(wnames)]
+    first = weights[pchk.bad[0]] if pchk.bad else weights[0]
+    params = [n for n in badn if ":" not in n]
+    state = [n for n in badn if ":" in n]
+    pending = guard._pending
+    finding = guard.update_replay.run(opt, step, guard.model, guard.modules)
+    if finding is None:
+        loc = user_frame(2)
+        finding = finding_for(
+            first, "optimizer", f"{type(opt).__name__}.step",
+            source=loc.short if loc else None, source_code=loc.code if loc else None,
+            step=step, reached="parameters" if params else "optimizer state", detected_by="watch",
+            details={"note": "the op inside the optimizer step was not replayed (a copy of the "
+                     "state before each step costs too much here); nanguard run --trace names it"},
+        )
+    name0 = (params or state or ["?"])[0].split(":")[0]
+    if finding.module is None:
+        finding.module = _module_of(name0)
+    finding.rank = _dist.rank() if _dist.active() else None
+    finding.details.setdefault("parameters", params)
+    if state:
+        finding.details["optimizer_state"] = state
+    rec = next((r for r in reversed(guard.history.last(3)) if r.step == step), None)
+    # checked after the update: the step's record holds its gradients
+    finding.details["grads_finite"] = rec.finite if rec is not None else (pending is None or pending.finite)
+    gn = rec.grad_norm if rec is not None else (pending.norm if pending else None)
+    if gn is not None:
+        finding.details["grad_norm"] = gn
+    return finding
+
+
+def parameter_finding(guard: Guard, pchk: NormCheck, wnames: Sequence[str]) -> Finding:
+    """Weights non-finite before the first update: they came in that way."""
+    primary = guard.watch.primary
+    weights, _ = guard.watch.weights(primary) if primary is not None else ([], [])
+    badn = [wnames[i] for i in pchk.bad if i < len(wnames)]
+    first = weights[pchk.bad[0]] if pchk.bad and weights else None
+    name0 = badn[0] if badn else "?"
+    if not guard._updated:
+        guard._bad_from_start.update(n.split(":")[0] for n in badn)
+    return finding_for(
+        first, "forward", "parameter", module=_module_of(name0), step=guard.step,
+        reached="parameters", detected_by="watch", rank=_dist.rank() if _dist.active() else None,
+        details={"origin": "parameter", "parameters": badn,
+                 "note": "found before the first update: the weights came in non-finite"},
+    )

@@ -1,0 +1,128 @@
+"""What a torch guard watches: the models, the optimizer whose step is the step marker, the
+weights and optimizer state an update writes, and their names (``encoder.fc1.weight``).
+
+Read at every step by the fused check (names are cached and recomputed only when the set of
+models or the optimizer's parameter count changes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._modules import ModuleStack
+from ._modules import unwrap as _unwrap
+from ._stats import checkable
+
+__all__ = ["WatchSet", "opt_params", "plain"]
+
+HYPER = ("lr", "eps", "momentum", "weight_decay", "betas", "alpha", "nesterov", "dampening")
+
+
+def opt_params(opt: torch.optim.Optimizer | None) -> list[torch.Tensor]:
+    """Every parameter of ``opt``'s groups, in order."""
+    if opt is None:
+        return []
+    return [p for g in opt.param_groups for p in g["params"]]
+
+
+def plain(v: Any) -> Any:
+    """A hyper-parameter as a plain Python value (a one-element tensor ``lr`` becomes a float)."""
+    if isinstance(v, torch.Tensor) and v.numel() == 1:
+        return float(v.item())
+    if isinstance(v, tuple):
+        return tuple(plain(x) for x in v)
+    return v
+
+
+class WatchSet:
+    """The models and tensors one guard watches."""
+
+    def __init__(self, model: nn.Module | None, modules: ModuleStack) -> None:
+        self.model = model
+        self.modules = modules
+        #: the optimizer whose step marks a training step (the first stepped, or the one given)
+        self.primary: torch.optim.Optimizer | None = None
+        #: without an optimizer: the graph leaves of the first backward()
+        self.leaves: list[torch.Tensor] | None = None
+        self._names: dict[int, str] = {}
+        self._names_key: tuple[Any, ...] | None = None
+        self._names_for: tuple[int, list[int], list[str]] | None = None
+        self._n_params: int | None = None
+        self._opt_names: dict[int, str] = {}
+
+    def roots(self) -> list[nn.Module]:
+        roots: list[nn.Module] = [self.model] if self.model is not None else []
+        roots += [m for m in self.modules.roots_seen if m is not self.model]
+        return roots
+
+    def param_names(self) -> dict[int, str]:
+        """``id(parameter) -> name``, recomputed only when the set of models or the optimizer's
+        parameter count changes (it is read at every step)."""
+        roots = self.roots()
+        nparams = sum(len(g["params"]) for g in self.primary.param_groups) if self.primary else 0
+        key = (tuple(id(r) for r in roots), nparams)
+        if key != self._names_key:
+            names: dict[int, str] = {}
+            for r in roots:
+                for n, p in _unwrap(r).named_parameters():
+                    names.setdefault(id(p), n)
+            self._names = names
+            self._names_key = key
+        return self._names
+
+    def params(self) -> list[torch.Tensor]:
+        """The tensors an update writes: the primary optimizer's, else the graph leaves."""
+        if self.primary is not None:
+            return opt_params(self.primary)
+        return list(self.leaves or [])
+
+    def weights(self, opt: torch.optim.Optimizer, with_state: bool = True
+                ) -> tuple[list[torch.Tensor], list[str]]:
+        """The weights and (``with_state``) the optimizer's state tensors
+        (``fc.weight:exp_avg_sq``): what an update writes, and what must stay finite after it."""
+        names = self.param_names()
+        ts: list[torch.Tensor] = []
+        ns: list[str] = []
+        for p in opt_params(opt):
+            name = names.get(id(p), "?")
+            ts.append(p)
+            ns.append(name)
+            if not with_state:
+                continue
+            for k, v in opt.state.get(p, {}).items():
+                if isinstance(v, torch.Tensor) and v.numel() > 1 and checkable(v):
+                    ts.append(v)
+                    ns.append(f"{name}:{k}")
+        return ts, ns
+
+    def layer_names(self, index: list[int]) -> list[str]:
+        """Names for the per-tensor norms, computed once and shared by every step's record."""
+        names = self.param_names()
+        cached = self._names_for
+        if cached is not None and cached[0] == id(names) and cached[1] == index:
+            return cached[2]
+        params = self.params()
+        out = [names.get(id(params[i]), f"param{i}") if i < len(params) else f"param{i}" for i in index]
+        self._names_for = (id(names), list(index), out)
+        return out
+
+    def num_params(self) -> int:
+        if self._n_params is None:
+            self._n_params = sum(p.numel() for p in self.params())
+        return self._n_params
+
+    def optimizer_name(self, opt: torch.optim.Optimizer) -> str:
+        """``Adam[0]``, ``Adam[1]``: an optimizer's class and the order it first stepped in (a
+        GAN steps two), for the history's ``optimizer`` field."""
+        name = self._opt_names.get(id(opt))
+        if name is None:
+            name = f"{type(opt).__name__}[{len(self._opt_names)}]"
+            self._opt_names[id(opt)] = name
+        return name
+
+    @property
+    def several_optimizers(self) -> bool:
+        return len(self._opt_names) > 1

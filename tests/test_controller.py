@@ -1,0 +1,171 @@
+"""The step controller over a fake backend: every event order real training produces, each
+asserting the exact decision, what the backend was asked to do, and what the run log gets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nanguard.core.controller import StepController
+from nanguard.core.diagnosis import Diagnosis
+from nanguard.core.errors import GiveUpError, NonFiniteError
+from nanguard.core.finding import Finding
+from nanguard.core.history import History, StepRecord
+from nanguard.core.policy import ROLLBACK, UNFIXABLE, Recovery
+from nanguard.core.taxonomy import Cause
+
+
+class FakeBackend:
+    """Records what the controller asked for, in order."""
+
+    def __init__(self, snapshot_step: int | None = 0) -> None:
+        self.calls: list[Any] = []
+        self.snapshot_step = snapshot_step
+
+    def skip_update(self) -> None:
+        self.calls.append("skip_update")
+
+    def rollback(self) -> int | None:
+        self.calls.append("rollback")
+        return self.snapshot_step
+
+    def set_eps(self, eps: float) -> None:
+        self.calls.append(("set_eps", eps))
+
+    def restore_state(self) -> dict[str, Any]:
+        self.calls.append("restore_state")
+        return {}
+
+
+def _controller(policy: str = "recover", **kw: Any) -> StepController:
+    h = History()
+    for i in range(10):  # a calm history: loss 1, grad norm 1, weights 10, lr 1e-3
+        h.append(StepRecord(step=i, loss=1.0, grad_norm=1.0, param_norm=10.0, lr=1e-3))
+    return StepController(Recovery(policy=policy, **kw), h)
+
+
+def _event(cause: Cause, step: int = 10, **details: Any) -> tuple[Finding, Diagnosis]:
+    f = Finding(phase="forward", op="aten.log.default", step=step, details=dict(details))
+    return f, Diagnosis(cause=cause, confidence=0.9, summary=cause.value)
+
+
+def test_every_cause_has_exactly_one_recovery_rule() -> None:
+    for cause in Cause:
+        rules = [cause in ROLLBACK, cause in UNFIXABLE, cause is Cause.NONFINITE_INPUT]
+        assert sum(rules) == 1, cause
+
+
+def test_raise_policy_raises_and_remembers_the_error() -> None:
+    c = _controller("raise")
+    b = FakeBackend()
+    with pytest.raises(NonFiniteError):
+        c.act(*_event(Cause.UNSAFE_OP), b, step=10)
+    assert b.calls == [] and len(c.findings) == 1 and c.swallowed() is None
+
+
+def test_an_error_the_script_swallowed_is_reported_after_the_next_step() -> None:
+    c = _controller("raise")
+    f, d = _event(Cause.NONFINITE_INPUT, step=3)
+    with pytest.raises(NonFiniteError):
+        c.act(f, d, FakeBackend(), step=3)
+    c.step_ended()  # the failing step is ended cleanly
+    assert c.swallowed() is not None  # ... and the script went on: caught it
+    c.healthy()
+    c.step_ended()
+    got = c.swallowed()
+    assert got is not None and got[0] is f and got[2] == 3 and c.steps_after_raise == 2
+
+
+def test_skip_hides_the_update_and_counts() -> None:
+    c = _controller("skip", max_consecutive_skips=3)
+    b = FakeBackend()
+    a = c.act(*_event(Cause.UNSAFE_OP), b, step=10)
+    assert a.kind == "skip" and b.calls == ["restore_state", "skip_update"]
+    assert c.recovery.notfinite_count == 1 and c.recovery.recoveries[0]["action"] == "skip"
+    c.act(*_event(Cause.UNSAFE_OP), b, step=11)
+    with pytest.raises(GiveUpError):
+        c.act(*_event(Cause.UNSAFE_OP), b, step=12)
+    c2 = _controller("skip", max_consecutive_skips=3)
+    c2.act(*_event(Cause.UNSAFE_OP), b, step=10)
+    c2.healthy()  # a healthy step in between: the consecutive count starts over
+    assert c2.recovery.notfinite_count == 0
+
+
+def test_drop_batch_logs_the_samples() -> None:
+    c = _controller()
+    f, d = _event(Cause.NONFINITE_INPUT, samples=[{"index": 5}, {"index": 9}], input_name="x")
+    a = c.act(f, d, FakeBackend(), step=10)
+    assert a.kind == "drop_batch"
+    assert c.recovery.recoveries[-1]["samples"] == [5, 9] and c.recovery.recoveries[-1]["input"] == "x"
+
+
+def test_rollback_restores_the_snapshot_and_backs_off() -> None:
+    c = _controller()
+    b = FakeBackend(snapshot_step=4)
+    a = c.act(*_event(Cause.LEARNING_RATE_TOO_HIGH), b, step=10)
+    assert a.kind == "rollback" and a.lr_factor is not None and a.lr_factor <= 0.5
+    assert b.calls == ["rollback", "restore_state", "skip_update"]
+    rec = c.recovery.recoveries[-1]
+    assert rec["restored_step"] == 4 and rec["steps_lost"] == 6
+    assert c.recovery.lr_scale == a.lr_factor
+
+
+def test_optimizer_state_with_eps_zero_raises_eps() -> None:
+    c = _controller()
+    b = FakeBackend()
+    a = c.act(*_event(Cause.OPTIMIZER_STATE), b, step=10, eps=0.0, after_update=True)
+    assert a.set_eps == 1e-8 and ("set_eps", 1e-8) in b.calls and "skip_update" not in b.calls
+
+
+def test_a_bad_update_with_no_snapshot_gives_up_instead_of_going_on() -> None:
+    c = _controller()
+    b = FakeBackend(snapshot_step=None)
+    with pytest.raises(GiveUpError) as info:
+        c.act(*_event(Cause.OPTIMIZER_STATE), b, step=10, eps=0.0, after_update=True)
+    assert "no snapshot" in info.value.reason
+
+
+def test_a_rollback_before_the_first_snapshot_skips_the_update() -> None:
+    c = _controller()
+    b = FakeBackend(snapshot_step=None)
+    c.act(*_event(Cause.EXPLODING_GRADIENTS), b, step=10)
+    assert b.calls[-1] == "skip_update" and c.recovery.recoveries[-1]["restored_step"] is None
+
+
+def test_unfixable_cause_under_recover_raises() -> None:
+    c = _controller()
+    with pytest.raises(NonFiniteError):
+        c.act(*_event(Cause.UNSAFE_OP), FakeBackend(), step=10)
+
+
+def test_loss_scaler_skips_are_its_own_business_until_it_runs_out_of_room() -> None:
+    c = _controller("raise")
+    # before any update and mid-run: a skip at a scale with room to shrink is never a failure
+    for _ in range(20):
+        assert c.scaler_skipped(nan_loss=False, scale=2.0**24) is None
+    c.scaler_stepped()
+    assert c.scaler_skips == 0
+    assert c.scaler_skipped(nan_loss=False, scale=1.0) is not None  # no room left
+    reason = c.scaler_skipped(nan_loss=True, scale=2.0**16)
+    assert reason is not None and "NaN" in reason
+
+
+def test_state_dict_round_trip_keeps_the_back_off() -> None:
+    c = _controller()
+    c.act(*_event(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(4), step=10)
+    state = c.state_dict()
+    fresh = _controller()
+    fresh.load_state_dict(state)
+    assert fresh.recovery.lr_scale == c.recovery.lr_scale < 1.0
+    assert fresh.recovery.recoveries == c.recovery.recoveries
+    with pytest.raises(ValueError, match="state_dict"):
+        fresh.load_state_dict({"lr_scale": 0.1})
+
+
+def test_history_of_one_optimizer() -> None:
+    h = History()
+    for i in range(6):
+        h.append(StepRecord(step=i, loss=float(i), optimizer="Adam" if i % 2 else "SGD"))
+    assert [r.step for r in h.of("Adam")] == [1, 3, 5]
+    assert h.of(None) is h

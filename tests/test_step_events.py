@@ -1,0 +1,232 @@
+"""The torch guard under the event orders modern training produces: a GradScaler that skips its
+first steps, closures (LBFGS), a swallowed exception, two optimizers, ``state_dict``, and a
+script's own ``attach()`` under ``nanguard run``. Faults are injected deterministically and the
+exact op, phase, cause and decision are asserted."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nanguard
+from nanguard import Cause, NonFiniteError
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+
+
+def test_gradscaler_skips_before_the_first_optimizer_step_are_not_failures() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24)
+    x, y = torch.randn(32, 16), torch.randn(32, 1)
+    with nanguard.attach(model) as guard:  # no optimizer given: backward() marks steps at first
+        for _ in range(30):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                out = model(x)
+            loss = F.mse_loss(out.float(), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+    events = [r.event for r in guard.history]
+    assert guard.findings == [] and events[0] == "scaler-skip"
+    assert "scaler-skip" in events and events[-1] is None  # it found its scale, then stepped
+    assert guard.step == 30 and all(math.isfinite(float(p.sum())) for p in model.parameters())
+
+
+def test_gradscaler_cannot_save_a_nan_loss_mid_run() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    x, y = torch.randn(32, 16), torch.randn(32, 1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        for step in range(6):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                out = model(x)
+            loss = F.mse_loss(out.float(), y)
+            if step == 4:
+                loss = loss * torch.log(torch.zeros(()))  * 0  # 0 * -inf = NaN in the loss code
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+    f, d = info.value.finding, info.value.diagnosis
+    assert f.step == 4 and f.op == "aten.log.default" and f.phase == "forward"
+    assert d is not None and d.cause is Cause.UNSAFE_OP
+
+
+def test_lbfgs_closure_is_checked_after_it_ran() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
+    x, y = torch.randn(64, 4), torch.randn(64, 1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        for step in range(6):
+            def closure() -> torch.Tensor:
+                opt.zero_grad()
+                out = model(x)
+                denom = out.abs().sum() * (0.0 if step == 3 else 1.0)
+                loss = F.mse_loss(out, y) / denom
+                loss.backward()
+                return loss
+
+            opt.step(closure)
+    f, d = info.value.finding, info.value.diagnosis
+    assert (f.op, f.phase, f.step) == ("aten.div.Tensor", "forward", 3)
+    assert d is not None and d.cause is Cause.UNSAFE_OP
+
+
+def test_a_swallowed_error_leaves_nothing_stale() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    caught, applied = [], 0
+    with nanguard.attach(model, opt) as guard:
+        for step in range(8):
+            x, y = torch.randn(16, 16), torch.randn(16, 1)
+            if step == 1:
+                x[3, 2] = float("nan")
+            before = model[0].weight.detach().clone()
+            try:
+                opt.zero_grad()
+                F.mse_loss(model(x), y).backward()
+                opt.step()
+            except NonFiniteError as err:
+                caught.append(err.finding.step)
+                continue
+            applied += not torch.equal(before, model[0].weight)
+    assert caught == [1] and applied == 7  # every later (finite) update was applied
+    assert len(guard.findings) == 1 and guard.findings[0][1].cause is Cause.NONFINITE_INPUT
+    got = guard.controller.swallowed()
+    assert got is not None and got[2] == 1 and guard.step == 8
+
+
+def test_two_optimizers_each_count_a_step_and_the_failing_one_is_numbered() -> None:
+    torch.manual_seed(0)
+    G = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    D = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 1))
+    og, od = torch.optim.Adam(G.parameters(), 1e-3), torch.optim.Adam(D.parameters(), 1e-3)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach() as guard:
+        for it in range(10):
+            fake = G(torch.randn(32, 4))
+            od.zero_grad()
+            (F.softplus(-D(torch.randn(32, 2) + 3)).mean() + F.softplus(D(fake.detach())).mean()).backward()
+            od.step()
+            og.zero_grad()
+            s = torch.sigmoid(D(fake)) * (0.0 if it == 7 else 1.0)
+            (-torch.log(s).mean()).backward()
+            og.step()
+    f = info.value.finding
+    assert f.op == "aten.log.default" and f.step == 2 * 7 + 1  # D, G, D, G, ...: G's 8th step
+    names = [r.optimizer for r in guard.history]
+    assert names[:4] == ["Adam[0]", "Adam[1]", "Adam[0]", "Adam[1]"]
+    assert len(guard.history.of("Adam[1]")) == 8
+
+
+def test_state_dict_keeps_a_back_off_across_a_resume() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=30.0)
+    x = torch.randn(64, 8) * 10
+    y = x.sum(1, keepdim=True)
+    guard = nanguard.attach(model, opt, policy="recover")
+    try:
+        for _ in range(40):
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+    finally:
+        guard.detach()
+    assert guard.recoveries and (guard.recovery.lr_scale < 1.0 or guard.recovery.clip_norm is not None)
+    state = guard.state_dict()
+    torch.save(state, "/dev/null")
+    resumed = nanguard.attach(model, opt, policy="recover")
+    try:
+        resumed.load_state_dict(state)
+        assert resumed.recovery.lr_scale == guard.recovery.lr_scale
+        assert resumed.recovery.clip_norm == guard.recovery.clip_norm
+        assert resumed.recoveries == guard.recoveries and resumed.step == guard.step
+    finally:
+        resumed.detach()
+
+
+_SCRIPT_WITH_ITS_OWN_GUARD = """
+import json, torch, torch.nn as nn, torch.nn.functional as F, nanguard
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=30.0)
+g = nanguard.attach(model, opt, policy="recover")
+x = torch.randn(64, 8) * 10
+y = x.sum(1, keepdim=True)
+for _ in range(40):
+    opt.zero_grad()
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+print(json.dumps({"lr_scale": g.recovery.lr_scale, "loss": loss.item(),
+                  "recoveries": [r["action"] for r in g.recoveries]}))
+"""
+
+
+def test_a_scripts_own_attach_adopts_the_guard_of_nanguard_run(tmp_path: Path) -> None:
+    script = tmp_path / "own_guard.py"
+    script.write_text(textwrap.dedent(_SCRIPT_WITH_ITS_OWN_GUARD))
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    under = subprocess.run([sys.executable, "-m", "nanguard", "run", "--policy", "raise",
+                            "--json", str(tmp_path / "run.json"), str(script)],
+                           capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    assert under.returncode == 0, under.stderr
+    # one guard acted: the back-off and the result are those of the script's guard alone
+    assert json.loads(under.stdout) == json.loads(plain.stdout)
+    assert "adopts the guard of `nanguard run`" in under.stderr and "'recover'" in under.stderr
+    log = json.loads((tmp_path / "run.json").read_text())
+    assert [r["action"] for r in log["recoveries"]] == json.loads(plain.stdout)["recoveries"]
+
+
+_SWALLOWING_SCRIPT = """
+import torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+ok = 0
+for step in range(12):
+    try:
+        x, y = torch.randn(16, 4), torch.randn(16, 1)
+        if step == 2:
+            x[3, 1] = float("nan")
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+        ok += 1
+    except Exception:
+        continue
+print("applied", ok)
+"""
+
+
+def test_nanguard_run_reports_a_finding_the_script_swallowed(tmp_path: Path) -> None:
+    script = tmp_path / "swallow.py"
+    script.write_text(textwrap.dedent(_SWALLOWING_SCRIPT))
+    out = subprocess.run([sys.executable, "-m", "nanguard", "run", "--json", str(tmp_path / "r.json"),
+                          str(script)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout.strip() == "applied 11"  # the later steps ran and were applied
+    assert "made in the input data at step 2" in out.stderr or "step 2" in out.stderr
+    assert "caught nanguard's error at step 2" in out.stderr
+    log = json.loads((tmp_path / "r.json").read_text())
+    assert log["status"] == "nonfinite" and log["exit_code"] == 3
+    assert [e["step"] for e in log["events"]] == [2] and log["events"][0]["cause"] == "nonfinite-input"
