@@ -76,10 +76,10 @@ def test_lbfgs_closure_is_checked_after_it_ran() -> None:
     x, y = torch.randn(64, 4), torch.randn(64, 1)
     with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
         for step in range(6):
-            def closure() -> torch.Tensor:
+            def closure(zero: bool = step == 3) -> torch.Tensor:
                 opt.zero_grad()
                 out = model(x)
-                denom = out.abs().sum() * (0.0 if step == 3 else 1.0)
+                denom = out.abs().sum() * (0.0 if zero else 1.0)
                 loss = F.mse_loss(out, y) / denom
                 loss.backward()
                 return loss
