@@ -157,6 +157,69 @@ def test_lightning_recover_rolls_back_and_finishes(tmp_path: Path) -> None:
     assert ">recovered<" in html and "rollback" in html
 
 
+class _Eps0(Regressor):
+    """Adam with eps=0 and one dead input: 0/0 in the update makes that weight column NaN."""
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=1e-3, eps=0.0)
+
+
+def test_lightning_skip_undoes_an_update_that_made_the_weights_nonfinite() -> None:
+    from nanguard.integrations.lightning import NanGuardCallback
+
+    torch.manual_seed(0)
+    model = _Eps0()
+    x = torch.randn(64, 4)
+    x[:, 1] = 0.0  # a dead feature: its weights get exactly zero gradient
+    y = x.sum(1, keepdim=True)
+    cb = NanGuardCallback(policy="skip")
+    with pytest.raises(nanguard.GiveUpError):  # skipping cannot fix eps=0: it gives up, finite
+        _trainer(cb, max_steps=30, max_epochs=-1).fit(model, DataLoader(TensorDataset(x, y), batch_size=8))
+    assert _finite(model)  # the guarantee: no non-finite update stayed applied
+    assert cb.findings[0][0].phase == "optimizer" and cb.findings[0][1].cause.value == "optimizer-state"
+    assert cb.recoveries[0]["restored_step"] == 0
+
+
+_LIGHTNING_SCRIPT = """
+import torch, torch.nn as nn, torch.nn.functional as F
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader, TensorDataset
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
+    def training_step(self, batch, i):
+        x, y = batch
+        out = self.net(x)
+        scale = out.abs().sum() * (0.0 if self.global_step == 3 else 1.0)
+        return F.mse_loss(out, y) / scale
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+torch.manual_seed(0)
+x = torch.randn(64, 4)
+pl.Trainer(max_steps=8, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+           enable_model_summary=False, accelerator="cpu", devices=1).fit(
+    Model(), DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8))
+"""
+
+
+def test_unmodified_lightning_script_under_nanguard_run_is_checked_after_the_closure(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "pl_div0.py"
+    script.write_text(textwrap.dedent(_LIGHTNING_SCRIPT))
+    out = subprocess.run([sys.executable, "-m", "nanguard", "run", "--json", str(tmp_path / "r.json"),
+                          str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 3, out.stderr[-2000:]
+    ev = json.loads((tmp_path / "r.json").read_text())["events"][0]
+    assert (ev["op"], ev["phase"], ev["cause"], ev["step"]) == ("aten.div.Tensor", "forward", "unsafe-op", 3)
+
+
 # ----------------------------------------------------------------------------------------------
 # Hugging Face transformers
 

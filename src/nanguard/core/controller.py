@@ -140,6 +140,8 @@ class StepController:
         if action.kind == "raise":
             self._raise(NonFiniteError(finding, diag), step)
         if action.kind == "give_up":
+            if after_update:  # stop with the weights as they were before the bad update
+                backend.rollback()
             self.recovery.record(step, action, cause=diag.cause.value)
             self._raise(GiveUpError(finding, diag, reason=action.reason,
                                     attempts=self.recovery.attempts()), step)

@@ -24,6 +24,7 @@ the step and lowers its scale): it is recorded, not reported. After the update
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,8 +42,9 @@ except ImportError:  # the older package name
         ) from exc
 
 from ..core.config import POLICIES
+from ..core.controller import StepController
 from ..core.diagnosis import Diagnosis, RunContext, diagnose
-from ..core.errors import GiveUpError, NonFiniteError
+from ..core.errors import NonFiniteError
 from ..core.finding import Finding
 from ..core.history import History, StepRecord
 from ..core.ops import update_norm_estimate
@@ -92,13 +94,15 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
         RunRecord.__init__(self, report_path=report_path, json_path=json_path)
         self.policy = policy
         self.locate = locate
-        self.history = History(maxlen=history_size)
-        self.recovery = Recovery(
-            policy=policy, max_consecutive_skips=max_consecutive_skips, lr_factor=lr_factor,
-            max_recoveries=max_recoveries, on_unfixable=on_unfixable,
+        self.controller = StepController(
+            Recovery(policy=policy, max_consecutive_skips=max_consecutive_skips, lr_factor=lr_factor,
+                     max_recoveries=max_recoveries, on_unfixable=on_unfixable),
+            History(maxlen=history_size),
         )
+        self.history = self.controller.history
+        self.recovery = self.controller.recovery
+        self.findings = self.controller.findings
         self.snapshots = Snapshotter(every=snapshot_every)
-        self.findings: list[tuple[Finding, Diagnosis]] = []
         # the batches of the current optimizer step (several under accumulate_grad_batches), each
         # with its index and the RNG state at its start: what a replay runs again
         self._micro: list[tuple[Any, int, RngState | None]] = []
@@ -132,7 +136,9 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
         params = _params(optimizer)
         step = trainer.global_step
         self._stepped = True
-        if self.policy == "recover" and self.snapshots.last is None:
+        self._skipped = False  # a new step: nothing decided about it yet
+        if self.policy != "raise" and self.snapshots.last is None:
+            # skip needs one too: an update that itself makes the weights non-finite is undone
             self._snapshot(step, pl_module, optimizer, trainer)
         chk = check_grads(params, self._losses)
         losses = self._losses
@@ -146,7 +152,8 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
         ok, bad_ranks = _dist.agree(chk.finite, params)
         self._record(step, chk, optimizer)
         if ok:
-            self.recovery.healthy_step()
+            if self.policy == "raise":
+                self.controller.healthy()  # else once the update was checked too
             self._apply_backoff(params, optimizer)
             return
         finding = self._locate(trainer, pl_module, chk, params, step) if not chk.finite or not bad_ranks \
@@ -172,7 +179,8 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
         pchk = check_params(params)
         rec.param_norm = pchk.norm
         if pchk.finite:
-            if self.policy == "recover" and self.snapshots.due(trainer.global_step):
+            self.controller.healthy()  # gradients and the update both checked
+            if self.policy != "raise" and self.snapshots.due(trainer.global_step):
                 self._snapshot(trainer.global_step, pl_module, opts[0], trainer)
             return
         # the update itself made the weights non-finite (Adam eps=0, ...)
@@ -205,7 +213,9 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
         n = sum(p.numel() for p in _params(opt))
         rec = StepRecord(
             step=step,
-            loss=sum(chk.losses) / len(chk.losses) if chk.losses else None,
+            # the sum of the step's backward losses, as the torch guard records it (Lightning
+            # divides each micro-batch's loss by accumulate_grad_batches before backward)
+            loss=math.fsum(chk.losses) if chk.losses else None,
             grad_norm=chk.norm,
             lr=lr,
             update_norm=update_norm_estimate(type(opt).__name__, lr, chk.norm, n),
@@ -316,38 +326,21 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
         opt: torch.optim.Optimizer, trainer: pl.Trainer, pl_module: pl.LightningModule,
         after_update: bool = False,
     ) -> None:
-        self.findings.append((finding, diag))
+        """The step controller decides (as for every guard); :class:`_LightningBackend` acts."""
         eps = opt.param_groups[0].get("eps") if opt.param_groups else None
-        action = self.recovery.decide(
-            diag, finding.step or 0, _clip_from(self.history),
-            float(eps) if isinstance(eps, (int, float)) else None,
-            self.history.median_update_ratio(),
-        )
-        if not after_update:
-            for p in params:
-                p.grad = None  # this update is never applied: the optimizer skips these weights
-        self._skipped = True
         if self._rec is not None:
-            self._rec.skipped = action.kind not in ("raise", "give_up")
+            self._rec.event = "nonfinite"
+        self._skipped = True
+        backend = _LightningBackend(self, params, opt, trainer, pl_module)
+        if not after_update:
+            backend.skip_update()  # before any decision: a raise must not apply it either
+        action = self.controller.act(
+            finding, diag, backend, step=finding.step or 0,
+            eps=float(eps) if isinstance(eps, (int, float)) else None, after_update=after_update,
+        )
+        if self._rec is not None:
+            self._rec.skipped = True
             self._rec.event = action.kind
-        if action.kind == "raise":
-            raise NonFiniteError(finding, diag)
-        details: dict[str, Any] = {"cause": diag.cause.value}
-        if action.kind == "give_up":
-            self.recovery.record(finding.step or 0, action, **details)
-            raise GiveUpError(finding, diag, reason=action.reason, attempts=self.recovery.attempts())
-        if action.kind == "drop_batch":
-            details["samples"] = [s.get("index") for s in finding.details.get("samples") or []]
-        if action.kind == "rollback" or after_update:
-            snap = self.snapshots.last
-            if snap is not None:
-                Snapshotter.restore(snap, params, floating_buffers([pl_module]), [opt],
-                                    _schedulers(trainer, opt), [])
-                details["restored_step"] = snap.step
-                details["steps_lost"] = (finding.step or 0) - snap.step
-            else:
-                details["restored_step"] = None
-        self.recovery.record(finding.step or 0, action, **details)
 
     def _apply_backoff(self, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer) -> None:
         clip = self.recovery.clip_norm
@@ -363,6 +356,35 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
                   trainer: pl.Trainer) -> None:
         self.snapshots.take(step, _params(opt), floating_buffers([pl_module]), [opt],
                             _schedulers(trainer, opt), [])
+
+
+class _LightningBackend:
+    """What the step controller does through Lightning: the update is skipped by clearing the
+    gradients (the optimizer then skips those weights); a rollback restores the snapshot."""
+
+    def __init__(self, cb: NanGuardCallback, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer,
+                 trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.cb, self.params, self.opt, self.trainer, self.pl_module = cb, params, opt, trainer, pl_module
+
+    def skip_update(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def rollback(self) -> int | None:
+        snap = self.cb.snapshots.last
+        if snap is None:
+            return None
+        Snapshotter.restore(snap, self.params, floating_buffers([self.pl_module]), [self.opt],
+                            _schedulers(self.trainer, self.opt), [])
+        return int(snap.step)
+
+    def set_eps(self, eps: float) -> None:
+        for g in self.opt.param_groups:
+            if isinstance(g.get("eps"), (int, float)) and g["eps"] < 1e-12:
+                g["eps"] = eps
+
+    def restore_state(self) -> dict[str, Any]:
+        return {}
 
 
 #: at most this many micro-batches of one optimizer step are kept for a replay
@@ -381,13 +403,6 @@ def _schedulers(trainer: pl.Trainer, opt: torch.optim.Optimizer) -> list[Any]:
         if s is not None and getattr(s, "optimizer", None) is getattr(opt, "optimizer", opt):
             out.append(s)
     return out
-
-
-def _clip_from(h: History) -> float | None:
-    """The clipping threshold the diagnosis suggests, from the calm part of the history."""
-    from ..core.diagnosis import _clip_threshold
-
-    return _clip_threshold(h) if h.series("grad_norm", 200) else None
 
 
 def _mute(*args: Any, **kwargs: Any) -> None:
