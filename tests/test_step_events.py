@@ -230,3 +230,39 @@ def test_nanguard_run_reports_a_finding_the_script_swallowed(tmp_path: Path) -> 
     log = json.loads((tmp_path / "r.json").read_text())
     assert log["status"] == "nonfinite" and log["exit_code"] == 3
     assert [e["step"] for e in log["events"]] == [2] and log["events"][0]["cause"] == "nonfinite-input"
+
+
+class _ReluLM(nn.Module):
+    def __init__(self, vocab: int = 50, hidden: int = 64) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, hidden)
+        self.rnn = nn.RNN(hidden, hidden, nonlinearity="relu", batch_first=True)
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y, h = self.rnn(self.emb(x), h)
+        return self.out(y), h
+
+
+def test_state_carried_across_steps_is_not_data_and_recover_stops_on_the_first_event() -> None:
+    torch.manual_seed(0)
+    model = _ReluLM()
+    opt = torch.optim.SGD(model.parameters(), lr=40.0)  # blows up at step 3
+    data = torch.randint(0, 50, (8, 2000))
+    hidden = torch.zeros(1, 8, 64)
+    with pytest.raises(nanguard.GiveUpError) as info, nanguard.attach(model, opt, policy="recover") as g:
+        for i in range(30):
+            x, y = data[:, i * 20:(i + 1) * 20], data[:, i * 20 + 1:(i + 1) * 20 + 1]
+            hidden = hidden.detach()  # carried from batch to batch: a rollback cannot reset it
+            opt.zero_grad()
+            logits, hidden = model(x, hidden)
+            F.cross_entropy(logits.reshape(-1, 50), y.reshape(-1)).backward()
+            opt.step()
+    err = info.value
+    first, last = err.finding, err.last
+    assert (first.step, first.op, first.module) == (3, "aten.mm.default", "rnn")  # leads with the first
+    assert err.diagnosis is not None and err.diagnosis.cause is Cause.LEARNING_RATE_TOO_HIGH
+    assert last is not None and last[0].step == 4 and last[0].details["origin"] == "carried"
+    assert last[1] is not None and last[1].cause is Cause.LEARNING_RATE_TOO_HIGH  # not nonfinite-input
+    assert [r["action"] for r in g.recoveries] == ["rollback", "give_up"]  # no batch was "dropped"
+    assert "carries across steps" in err.reason

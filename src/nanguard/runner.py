@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .core.errors import NonFiniteError
+from .core.errors import GiveUpError, NonFiniteError
 from .core.runlog import RunLog
 
 __all__ = ["EXIT_NONFINITE", "RunOptions", "run_script"]
@@ -119,9 +119,13 @@ def _user_traceback(exc: BaseException, script: str) -> str:
 
 
 def _print_finding(err: NonFiniteError, stream: Any) -> None:
-    from .cli._console import make_console, print_finding
+    from .core.console import make_console, print_finding
 
     print_finding(make_console(stream), err.finding, err.diagnosis)
+    if isinstance(err, GiveUpError):  # the first event is above; what was tried, and why it stopped
+        print(f"nanguard gave up: {err.reason}", file=stream)
+        for line in err.attempts:
+            print(f"  {line}", file=stream)
 
 
 def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:

@@ -107,7 +107,7 @@ class StepController:
         self.scaler_skips += 1
         if nan_loss:
             self.scaler_skips = 0
-            return "the loss is NaN: no loss scale can fix it"
+            return "the loss itself is not finite: no loss scale can fix it"
         known = scale if scale is not None and math.isfinite(scale) else None
         if not loss_scale_gave_up(known, self.scaler_skips, self.recovery.max_consecutive_skips):
             return None
@@ -134,17 +134,19 @@ class StepController:
         Raises :class:`NonFiniteError` (policy ``raise``, or a cause with no blind fix) or
         :class:`GiveUpError` (limits reached; an applied bad update with no snapshot)."""
         self.findings.append((finding, diag))
+        if finding.details.get("origin") == "carried" and self.recovery.policy != "raise":
+            # no batch to drop and no snapshot holds it: stop with the run's first event
+            self._give_up(finding, diag, step, after_update, backend,
+                          "the non-finite value is in state the script carries across steps (the "
+                          "model returned it and the script passed it back in): neither dropping "
+                          "the batch nor a rollback resets it")
         action = self.recovery.decide(
             diag, step, clip_suggestion(self.history), eps, self.history.median_update_ratio()
         )
         if action.kind == "raise":
             self._raise(NonFiniteError(finding, diag), step)
         if action.kind == "give_up":
-            if after_update:  # stop with the weights as they were before the bad update
-                backend.rollback()
-            self.recovery.record(step, action, cause=diag.cause.value)
-            self._raise(GiveUpError(finding, diag, reason=action.reason,
-                                    attempts=self.recovery.attempts()), step)
+            self._give_up(finding, diag, step, after_update, backend, action.reason)
         details: dict[str, Any] = {"cause": diag.cause.value}
         if finding.rank is not None:
             details["rank"] = finding.rank
@@ -162,6 +164,18 @@ class StepController:
             backend.skip_update()
         return action
 
+    def _give_up(self, finding: Finding, diag: Diagnosis, step: int, after_update: bool,
+                 backend: Backend, reason: str) -> None:
+        """Stop: the error leads with the first event of the run (where it all began), the
+        attempts list every event and what was done about it."""
+        if after_update:  # stop with the weights as they were before the bad update
+            backend.rollback()
+        self.recovery.record(step, Action("give_up", reason), cause=diag.cause.value)
+        first_f, first_d = self.findings[0]
+        err = GiveUpError(first_f, first_d, reason=reason, attempts=self.recovery.attempts())
+        err.last = (finding, diag)
+        self._raise(err, step)
+
     def _rollback(self, finding: Finding, diag: Diagnosis, backend: Backend, step: int,
                   after_update: bool) -> dict[str, Any]:
         restored = backend.rollback()
@@ -170,11 +184,8 @@ class StepController:
         if after_update:
             # the bad update is applied and nothing can undo it: going on would break the
             # guarantee that no non-finite update reaches the weights
-            give_up = Action("give_up", "the update made the weights non-finite and there is no "
-                             "snapshot to roll back to")
-            self.recovery.record(step, give_up, cause=diag.cause.value)
-            self._raise(GiveUpError(finding, diag, reason=give_up.reason,
-                                    attempts=self.recovery.attempts()), step)
+            self._give_up(finding, diag, step, False, backend, "the update made the weights "
+                          "non-finite and there is no snapshot to roll back to")
         return {"restored_step": None, "note": "no snapshot yet: the update was skipped instead"}
 
     def _raise(self, err: NonFiniteError, step: int) -> None:

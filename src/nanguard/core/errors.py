@@ -55,6 +55,8 @@ class GiveUpError(NonFiniteError):
     ) -> None:
         self.reason = reason
         self.attempts = list(attempts or [])
+        #: the event that made the policy give up (``finding`` is the run's first one)
+        self.last: tuple[Finding, Diagnosis | None] | None = None
         super().__init__(finding, diagnosis)
 
     def __reduce__(self) -> tuple[object, ...]:

@@ -186,7 +186,9 @@ class Recovery:
         return entry
 
     def attempts(self) -> list[str]:
-        return [f"step {r['step']}: {r['description']}" for r in self.recoveries]
+        """Every event and what was done about it: ``step 4: drop batch (nonfinite-input)``."""
+        return [f"step {r['step']}: {r['description']}" + (f" ({r['cause']})" if r.get("cause") else "")
+                for r in self.recoveries]
 
 
 class RecoveryCounters:

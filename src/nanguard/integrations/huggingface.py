@@ -181,7 +181,7 @@ class NanGuardCallback(TrainerCallback, RunRecord):
             self._finish("nonfinite")
             raise NonFiniteError(finding, diag)
         if self.policy == "stop":
-            from ..cli._console import make_console, print_finding
+            from ..core.console import make_console, print_finding
 
             print_finding(make_console(sys.stderr), finding, diag)
             control.should_training_stop = True

@@ -29,29 +29,31 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import numpy as np
-
 from ..core.config import POLICIES
-from ..core.diagnosis import Diagnosis, RunContext, _clip_threshold, diagnose
+from ..core.controller import StepController
+from ..core.diagnosis import Diagnosis, RunContext, diagnose
 from ..core.errors import GiveUpError, NonFiniteError
 from ..core.finding import Finding
 from ..core.history import History, StepRecord
-from ..core.ops import update_norm_estimate
-from ..core.policy import Action, Recovery, RecoveryCounters, loss_scale_gave_up
-from ..core.source import user_frame
+from ..core.policy import Recovery, RecoveryCounters
 from . import _patches
+from ._backend import (
+    KerasBackend,
+    build_optimizers,
+    initial_snapshot,
+    maybe_snapshot,
+    snapshot_before_first_update,
+)
 from ._compat import keras, unwrap_optimizer, var_path
-from ._stats import finding_for
-from .replay import replay, replay_of, state_variables
+from ._context import eps_of, record_step, run_context
+from ._findings import Prepare, finite, locate_step, optimizer_finding
+from .replay import replay_of
 from .snapshot import Snapshotter
 from .watch import GuardState, StepStats
 
 __all__ = ["KerasGuard", "attach"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-#: called only when a replay is needed: (the step function to run again, its named batch tensors)
-Prepare = Callable[[], tuple[Callable[[], Any], Sequence[tuple[str, Any]]]]
-_HYPER = ("momentum", "beta_1", "beta_2", "weight_decay", "rho", "nesterov")
 
 
 class KerasGuard(RecoveryCounters):
@@ -96,18 +98,13 @@ class KerasGuard(RecoveryCounters):
             )
         self.model = model
         self.policy = policy
-        self.recovery = Recovery(
-            policy=policy,
-            max_consecutive_skips=max_consecutive_skips,
-            lr_factor=lr_factor,
-            max_recoveries=max_recoveries,
-            window=recovery_window,
-            on_unfixable=on_unfixable,
+        self.controller = StepController(
+            Recovery(policy=policy, max_consecutive_skips=max_consecutive_skips, lr_factor=lr_factor,
+                     max_recoveries=max_recoveries, window=recovery_window, on_unfixable=on_unfixable),
+            History(maxlen=history_size),
         )
         self.snapshots = Snapshotter(every=snapshot_every)
         self.replay_enabled = replay
-        self.history = History(maxlen=history_size)
-        self.findings: list[tuple[Finding, Diagnosis]] = []
         self.step = 0
         self.step_was_skipped = False
         self.notes: list[str] = []
@@ -115,7 +112,6 @@ class KerasGuard(RecoveryCounters):
         self._states: dict[int, GuardState] = {}
         self._fn_steps: weakref.WeakSet[Any] = weakref.WeakSet()
         self._installed = False
-        self._scaler_skips = 0
         self._event: str | None = None
         self.on_step_end: list[Callable[[], None]] = []  # run after each step (live status, ...)
         #: NANGUARD_VERIFY=1: after every step, check that no weight and no optimizer variable is
@@ -123,6 +119,33 @@ class KerasGuard(RecoveryCounters):
         self.verify = os.environ.get("NANGUARD_VERIFY", "") == "1"
         self.violations: list[dict[str, Any]] = []
         self._updated = False  # an update has been applied in this run
+
+    # --- the controller's state, under the names users know -----------------------------------------
+    @property
+    def recovery(self) -> Recovery:
+        return self.controller.recovery
+
+    @recovery.setter
+    def recovery(self, value: Recovery) -> None:
+        self.controller.recovery = value
+
+    @property
+    def history(self) -> History:
+        return self.controller.history
+
+    @property
+    def findings(self) -> list[tuple[Finding, Diagnosis]]:
+        return self.controller.findings
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the guard learned (learning-rate factor, clipping, counters), for a resume."""
+        return {**self.controller.state_dict(), "step": self.step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume with what :meth:`state_dict` saved: a back-off or a clipping threshold stays."""
+        self.controller.load_state_dict(state)
+        self.step = int(state.get("step", self.step))
+        self._apply_recovery_settings()
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def install(self) -> KerasGuard:
@@ -141,7 +164,7 @@ class KerasGuard(RecoveryCounters):
             raise
         if self.policy != "raise":
             self.build_optimizers()
-        self._initial_snapshot()
+        initial_snapshot(self)
         return self
 
     def detach(self) -> None:
@@ -175,7 +198,7 @@ class KerasGuard(RecoveryCounters):
                 st.set_state(*self._state_vars())
             if self.policy != "raise":
                 self.build_optimizers()
-            self._initial_snapshot()
+            initial_snapshot(self)
 
     def adopt(self, optimizer: Any) -> GuardState:
         """Guard ``optimizer``'s updates (the one inside a ``LossScaleOptimizer``)."""
@@ -194,7 +217,7 @@ class KerasGuard(RecoveryCounters):
         st = GuardState(inner, *self._state_vars())
         if inner is not optimizer:
             st.wrapper = optimizer
-        st.on_trace = self._snapshot_before_first_update
+        st.on_trace = functools.partial(snapshot_before_first_update, self)
         st.lr_scale.assign(float(self.recovery.lr_scale))  # a back-off already made persists
         if self.recovery.clip_norm is not None:
             st.clip.assign(float(self.recovery.clip_norm))
@@ -261,7 +284,7 @@ class KerasGuard(RecoveryCounters):
             var_path(v)
             for st in self._states.values()
             for v in [*st.var_refs, *st.slot_refs]
-            if not _finite(v)
+            if not finite(v)
         ]
         if bad and self._updated:  # weights that came in bad (a checkpoint) are no breach
             self.violations.append({"step": self.step - 1, "tensors": bad[:8]})
@@ -275,7 +298,7 @@ class KerasGuard(RecoveryCounters):
                 ran.append((st, s))
         if not ran:
             return self._no_update(prepare)
-        self._scaler_skips = 0
+        self.controller.scaler_stepped()
         self.step_was_skipped = False
         bad = next(((st, s) for st, s in ran if not s.finite), None)
         if bad is not None:
@@ -285,11 +308,11 @@ class KerasGuard(RecoveryCounters):
         if bad is not None:
             self._after_update_failure(bad[0], bad[1])
             return "skipped"
-        self.recovery.healthy_step()
+        self.controller.healthy()
         self._updated = True
         self._record(ran[0][0], ran[0][1], finite=True)
-        self.step += 1
-        self._maybe_snapshot()
+        self._end_step()
+        maybe_snapshot(self)
         return "healthy"
 
     # hooks called by _patches ------------------------------------------------------------------
@@ -313,27 +336,20 @@ class KerasGuard(RecoveryCounters):
         opts = [o for o in self._optimizers if unwrap_optimizer(o) is not o]
         if not opts or prepare is None:
             return "none"
-        self._scaler_skips += 1
         bad_loss = self._loss_metric_nonfinite()
-        scale = _used_scale(opts[0])
-        if not bad_loss and not loss_scale_gave_up(scale, self._scaler_skips, self.recovery.max_consecutive_skips):
+        reason = self.controller.scaler_skipped(nan_loss=bad_loss, scale=_used_scale(opts[0]))
+        if reason is None:
             # the scaled gradients overflowed and the optimizer lowers its scale: its business
             self.step_was_skipped = True
             self._event = "scaler-skip"
             self.history.append(StepRecord(step=self.step, skipped=True, finite=False, event="scaler-skip"))
-            self.step += 1
+            self._end_step()
             return "skipped"
         st = self._states.get(id(unwrap_optimizer(opts[0])))
         if st is None:
             return "none"
-        fake = StepStats(self._scaler_skips, False, False, False, None, float("nan"), None, True, None)
-        note = (
-            "the loss itself is not finite: no loss scale can fix it"
-            if bad_loss
-            else f"LossScaleOptimizer skipped {self._scaler_skips} steps in a row"
-            + (f" (scale {scale:.3g}): the gradients overflow even unscaled" if scale is not None else "")
-        )
-        self._scaler_skips = 0
+        fake = StepStats(1, False, False, False, None, float("nan"), None, True, None)
+        note = reason.replace("the loss scaler", "LossScaleOptimizer")
         self._before_update_failure(st, fake, prepare, note=note)
         return "skipped"
 
@@ -342,7 +358,7 @@ class KerasGuard(RecoveryCounters):
         loss) go non-finite? Then the forward pass, not the scale, is the problem."""
         model = self.model
         tracker = getattr(model, "_loss_tracker", None) if model is not None else None
-        return any(not _finite(v) for v in getattr(tracker, "variables", []) or [])
+        return any(not finite(v) for v in getattr(tracker, "variables", []) or [])
 
     # --- failures --------------------------------------------------------------------------------------
     def _before_update_failure(
@@ -352,7 +368,7 @@ class KerasGuard(RecoveryCounters):
         prepare: Prepare | None,
         note: str | None = None,
     ) -> None:
-        finding = self._locate(state, s, prepare)
+        finding = locate_step(self, state, s, prepare)
         if note:
             finding.details["note"] = note
         if not self.history.healthy():
@@ -361,110 +377,9 @@ class KerasGuard(RecoveryCounters):
         self._act(finding, diag, state, s, after_update=False)
 
     def _after_update_failure(self, state: GuardState, s: StepStats) -> None:
-        finding = self._optimizer_finding(state, s)
+        finding = optimizer_finding(self, state, s)
         diag = diagnose(finding, self.history, self.context(state))
         self._act(finding, diag, state, s, after_update=True)
-
-    def _locate(
-        self,
-        state: GuardState,
-        s: StepStats,
-        prepare: Prepare | None,
-    ) -> Finding:
-        finding: Finding | None = None
-        extra: dict[str, Any] = {}
-        if self.replay_enabled and prepare is not None:
-            replay_fn, batch = prepare()
-            finding, extra = replay(
-                replay_fn, model=self.model, optimizers=self._optimizers, batch=batch, step=self.step
-            )
-        if finding is None:
-            finding = self._watch_finding(state, s)
-            if not self.replay_enabled:
-                pass
-            elif prepare is None:
-                finding.details.setdefault(
-                    "note",
-                    "this update ran outside a step nanguard can replay: decorate the step "
-                    "function with guard.wrap, or use nanguard.keras.locate() / --trace, for the "
-                    "exact op",
-                )
-            else:
-                errs = "; ".join(extra.get("errors") or [])
-                finding.details.setdefault(
-                    "note",
-                    "the replay of this step did not reproduce the non-finite value"
-                    + (f" ({errs})" if errs else "")
-                    + "; nanguard.keras.locate() / --trace names the exact op",
-                )
-        scale = extra.get("activation_scale") or []
-        if scale:
-            finding.details.setdefault("activation_scale", [list(x) for x in scale[:32]])
-        if finding.step is None:
-            finding.step = self.step
-        return finding
-
-    def _watch_finding(self, state: GuardState, s: StepStats) -> Finding:
-        names = state.var_names
-        bad = [i for i, v in enumerate(s.grad_norms) if not math.isfinite(v)]
-        if s.loss_finite and bad:
-            pnames = [names[i] for i in bad if i < len(names)]
-            first = pnames[0] if pnames else ""
-            return Finding(
-                phase="backward",
-                op=None,
-                module=first.rsplit("/", 1)[0] if "/" in first else None,
-                step=self.step,
-                reached="gradients",
-                detected_by="watch",
-                framework="keras",
-                details={"gradients": pnames},
-            )
-        return Finding(
-            phase="forward",
-            op=None,
-            step=self.step,
-            reached="loss",
-            detected_by="watch",
-            framework="keras",
-            details={"losses": [s.loss if s.loss is not None and math.isfinite(s.loss) else str(s.loss)]},
-        )
-
-    def _optimizer_finding(self, state: GuardState, s: StepStats) -> Finding:
-        opt = state.optimizer
-        bad = [v for v in state.var_refs if not _finite(v)]
-        bad_slots = [v for v in state.slot_refs if not _finite(v)]
-        reached = "parameters"
-        owner_of_slot: Any = None
-        if not bad and bad_slots:
-            bad, reached = bad_slots, "optimizer state"
-            key = var_path(bad[0]).replace("/", "_")
-            owner_of_slot = next(
-                (v for v in state.var_refs if var_path(v).replace("/", "_") in key), None
-            )
-        pnames = [var_path(v) for v in bad]
-        layer_of = var_path(owner_of_slot) if owner_of_slot is not None else (pnames[0] if pnames else "")
-        first = bad[0] if bad else (state.var_refs[0] if state.var_refs else None)
-        loc = user_frame(2)
-        return finding_for(
-            first,
-            "optimizer",
-            f"{type(opt).__name__}.apply",
-            module=layer_of.rsplit("/", 1)[0] if "/" in layer_of else None,
-            source=loc.short if loc else None,
-            source_code=loc.code if loc else None,
-            step=self.step,
-            reached=reached,
-            detected_by="watch",
-            details={
-                "parameters": pnames,
-                "grads_finite": True,
-                "grad_norm": s.grad_norm if math.isfinite(s.grad_norm) else None,
-                "state": _slot_summary(opt, bad[:1]),
-                "note": "the ops inside the optimizer's update are not replayed; "
-                "nanguard.keras.locate() / nanguard run --trace names them",
-            },
-        )
 
     def _act(
         self,
@@ -474,180 +389,46 @@ class KerasGuard(RecoveryCounters):
         s: StepStats,
         after_update: bool,
     ) -> None:
-        """Carry out the policy's decision. Before the update (``after_update=False``) the traced
-        step has already skipped it; after it, the weights are rolled back to the snapshot."""
-        self.findings.append((finding, diag))
-        eps = self._eps(state)
-        action = self.recovery.decide(
-            diag, self.step, _clip_suggestion(self.history), eps, self.history.median_update_ratio()
-        )
-        if action.kind == "raise":
-            self._record(state, s, finite=False, event="nonfinite")
-            raise NonFiniteError(finding, diag)
-        if action.kind == "give_up":
-            self.recovery.record(self.step, action, cause=diag.cause.value)
-            self._record(state, s, finite=False, event="give_up")
-            raise GiveUpError(finding, diag, reason=action.reason, attempts=self.recovery.attempts())
-        details: dict[str, Any] = {"cause": diag.cause.value}
-        if action.kind == "drop_batch":
-            samples = finding.details.get("samples") or []
-            details["samples"] = [x.get("index") for x in samples]
-            details["input"] = finding.details.get("input_name") or finding.source
-        fixed = state.restore_metrics()
-        if fixed:
-            details["metrics_restored"] = fixed
-        if action.kind == "rollback" or after_update:
-            snap = self.snapshots.last
-            if snap is not None:
-                Snapshotter.restore(snap)
-                for st in self._states.values():
-                    st.refresh_backups()
-                details["restored_step"] = snap.step
-                details["steps_lost"] = self.step - snap.step
-            elif after_update:
-                give_up = Action("give_up", "the update made the weights non-finite and there is no "
-                                 "snapshot to roll back to")
-                self.recovery.record(self.step, give_up, cause=diag.cause.value)
-                self._record(state, s, finite=False, event="give_up")
-                raise GiveUpError(finding, diag, reason=give_up.reason, attempts=self.recovery.attempts())
-            else:
-                details["restored_step"] = None
-                details["note"] = "no snapshot yet: the update was skipped instead"
-        self._apply_recovery_settings(action)
-        self.recovery.record(self.step, action, **details)
+        """The step controller decides; :class:`~nanguard.keras._backend.KerasBackend` acts.
+        Before the update (``after_update=False``) the traced step has already skipped it;
+        after it, the weights are rolled back to the snapshot."""
+        try:
+            action = self.controller.act(
+                finding, diag, KerasBackend(self, state), step=self.step, eps=eps_of(state),
+                after_update=after_update,
+            )
+        except NonFiniteError as err:
+            self._record(state, s, finite=False, event="give_up" if isinstance(err, GiveUpError) else "nonfinite")
+            self._end_step()  # a script that catches the error starts its next step clean
+            raise
+        self._apply_recovery_settings()
         self.step_was_skipped = True
         self._record(state, s, finite=False, event=action.kind, skipped=True)
-        self.step += 1
+        self._end_step()
 
-    def _apply_recovery_settings(self, action: Action) -> None:
+    def _end_step(self) -> None:
+        self.step += 1
+        self.controller.step_ended()
+
+    def _apply_recovery_settings(self) -> None:
         for st in self._states.values():
             st.lr_scale.assign(float(self.recovery.lr_scale))
             if self.recovery.clip_norm is not None:
                 st.clip.assign(float(self.recovery.clip_norm))
-            if action.set_eps is not None and st.eps is not None and float(st.eps.numpy()) < 1e-12:
-                st.eps.assign(float(action.set_eps))
-
-    def _eps(self, state: GuardState) -> float | None:
-        if state.eps is not None:
-            return float(state.eps.numpy())
-        e = getattr(state.optimizer, "epsilon", None)
-        return float(e) if isinstance(e, (int, float)) else None
 
     # --- context and bookkeeping ------------------------------------------------------------------------
     def context(self, state: GuardState | None = None) -> RunContext:
         """What the diagnosis knows about the optimizer (Keras spelling of the fixes)."""
-        if state is None:
-            state = next(iter(self._states.values()), None)
-        if state is None:
-            return RunContext(framework="keras")
-        opt = state.optimizer
-        hyper: dict[str, Any] = {}
-        lr = next((r.lr for r in reversed(list(self.history)) if r.lr is not None), None)
-        if lr is None:
-            try:
-                lr = float(np.asarray(opt.learning_rate)) * self.recovery.lr_scale
-            except Exception:
-                lr = None
-        if lr is not None:
-            hyper["lr"] = lr
-        eps = self._eps(state)
-        if eps is not None:
-            hyper["epsilon"] = eps
-        for k in _HYPER:
-            v = getattr(opt, k, None)
-            if isinstance(v, (int, float)):
-                hyper[k] = v
-        clip = None
-        for k in ("global_clipnorm", "clipnorm"):
-            v = getattr(opt, k, None)
-            if isinstance(v, (int, float)) and v > 0:
-                clip = float(v)
-        n = sum(int(np.prod(v.shape)) for v in state.var_refs) or None
-        return RunContext(
-            framework="keras",
-            optimizer=type(opt).__name__,
-            hyper=hyper,
-            clip_norm=clip if clip is not None else self.recovery.clip_norm,
-            num_params=n,
-        )
+        return run_context(self, state)
 
-    def _record(
-        self,
-        state: GuardState,
-        s: StepStats,
-        finite: bool,
-        event: str | None = None,
-        skipped: bool = False,
-    ) -> None:
-        opt_name = type(state.optimizer).__name__
-        gnorm = s.grad_norm if s.grad_norm is not None else None
-        n = state.n_params or None
-        rec = StepRecord(
-            step=self.step,
-            loss=s.loss,
-            grad_norm=gnorm,
-            param_norm=s.param_norm if finite else None,
-            lr=s.lr,
-            update_norm=update_norm_estimate(opt_name, s.lr, gnorm, n) if finite else None,
-            finite=finite,
-            skipped=skipped,
-            event=event,
-        )
-        if s.grad_norms and state.var_names:
-            rec.layer_values = s.grad_norms
-            rec.layer_names = state.var_names  # one list shared by every step
-        self.history.append(rec)
-
-    def _all_variables(self) -> list[Any]:
-        vs = state_variables(self.model, self._optimizers)
-        if self.model is not None:
-            metrics = {id(v) for v in getattr(self.model, "metrics_variables", [])}
-            vs = [v for v in vs if id(v) not in metrics]
-        return vs
+    def _record(self, state: GuardState, s: StepStats, finite: bool, event: str | None = None,
+                skipped: bool = False) -> None:
+        record_step(self, state, s, finite, event, skipped)
 
     def build_optimizers(self) -> None:
         """Build unbuilt optimizers on the model's trainable variables, as their first ``apply``
         would: the first snapshot (before any update) then holds their state too."""
-        if self.model is None or not getattr(self.model, "built", False):
-            return
-        from keras.src import backend as kbackend
-
-        for opt in self._optimizers:
-            if not getattr(opt, "built", False):
-                with kbackend.name_scope(opt.name, caller=opt):
-                    opt.build(self.model.trainable_variables)
-                opt.built = True
-
-    def _optimizers_built(self) -> bool:
-        return bool(self._optimizers) and all(
-            getattr(unwrap_optimizer(o), "built", False) for o in self._optimizers
-        )
-
-    def _initial_snapshot(self) -> None:
-        if self.policy == "raise" or self.snapshots.last is not None:
-            return
-        if self.model is not None and self._optimizers_built() and self.model.built:
-            self.snapshots.take(self.step, self._all_variables())
-
-    def _snapshot_before_first_update(self, optimizer: Any, variables: list[Any]) -> None:
-        """Before the first update of a run whose optimizer was built only now (a custom loop,
-        ``nanguard run``): the first snapshot, so a rollback is possible from the start."""
-        if self.policy == "raise" or self.snapshots.last is not None:
-            return
-        vs = self._all_variables() if self.model is not None else []
-        seen = {id(v) for v in vs}
-        for v in [*variables, *getattr(optimizer, "variables", [])]:
-            if id(v) not in seen:
-                seen.add(id(v))
-                vs.append(v)
-        self.snapshots.take(self.step, vs)
-
-    def _maybe_snapshot(self) -> None:
-        if self.policy == "raise" or not self.snapshots.due(self.step):
-            return
-        if not self._optimizers_built():
-            return
-        self.snapshots.take(self.step, self._all_variables())
+        build_optimizers(self)
 
     def report(self) -> str:
         """A plain-text summary: steps, recoveries and every finding with its diagnosis."""
@@ -662,29 +443,7 @@ class KerasGuard(RecoveryCounters):
         return "\n\n".join(["\n".join(lines), *body])
 
 
-def _finite(v: Any) -> bool:
-    return bool(np.isfinite(np.asarray(v.numpy(), dtype=np.float64)).all())
 
-
-def _clip_suggestion(h: History) -> float | None:
-    return _clip_threshold(h) if h.series("grad_norm", 200) else None
-
-
-def _slot_summary(opt: Any, variables: Sequence[Any]) -> dict[str, Any]:
-    """The optimizer's slots (momentum, velocity, ...) of the first bad variable."""
-    out: dict[str, Any] = {}
-    for v in variables:
-        key = var_path(v).replace("/", "_")
-        for sv in getattr(opt, "variables", []):
-            name = var_path(sv)
-            if key and key in name.replace("/", "_") and sv is not v:
-                a = np.asarray(sv.numpy(), dtype=np.float64)
-                out[name] = {
-                    "nonfinite": int((~np.isfinite(a)).sum()),
-                    "zeros": int((a == 0).sum()),
-                    "min": float(np.nan_to_num(a).min()) if a.size else None,
-                }
-    return out
 
 
 def attach(

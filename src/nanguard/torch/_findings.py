@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..core.diagnosis import Diagnosis
 from ..core.finding import Finding
 from ..core.source import user_frame
 from . import _dist
+from ._recorder import carried_inputs
 from ._stats import finding_for
 from .replay import replay
 from .watch import NormCheck
@@ -25,7 +27,7 @@ from .watch import NormCheck
 if TYPE_CHECKING:
     from ._guard_base import GuardBase as Guard
 
-__all__ = ["locate_step", "optimizer_finding", "parameter_finding", "watch_finding"]
+__all__ = ["carried_diagnosis", "locate_step", "optimizer_finding", "parameter_finding", "watch_finding"]
 
 
 def _module_of(name: str) -> str:
@@ -53,9 +55,32 @@ def locate_step(guard: Guard, chk: NormCheck, params: Sequence[torch.Tensor]) ->
     scale = extra.get("activation_scale") or []
     if scale:
         finding.details.setdefault("activation_scale", scale[:32])
+    if finding.phase == "data":
+        _mark_carried(guard, finding)
     if _dist.active():
         finding.rank = _dist.rank()
     return finding
+
+
+def _mark_carried(guard: Guard, finding: Finding) -> None:
+    """A non-finite model input that the model itself returned at the previous step — which
+    was non-finite — is state the script carries across steps (an RNN's ``hidden``), not data:
+    no batch can be dropped for it and a rollback does not reset it."""
+    prev = guard.history[-1] if len(guard.history) else None
+    if prev is None or prev.finite:
+        return
+    bad = [t for t in carried_inputs(guard.recorder) if not bool(torch.isfinite(t).all())]
+    if not bad:
+        return
+    first = next((f for f, _ in guard.findings), None)
+    finding.details["origin"] = "carried"
+    finding.details["carried_from_step"] = prev.step
+    if first is not None:
+        finding.details["first_event"] = {"step": first.step, "op": first.op, "module": first.module,
+                                          "phase": first.phase}
+    finding.details["note"] = (
+        f"this input is what the model returned at step {prev.step} (non-finite then), passed back "
+        "in by the script: state carried across steps, which a rollback does not reset")
 
 
 def watch_finding(guard: Guard, chk: NormCheck, params: Sequence[torch.Tensor]) -> Finding:
@@ -126,4 +151,32 @@ def parameter_finding(guard: Guard, pchk: NormCheck, wnames: Sequence[str]) -> F
         reached="parameters", detected_by="watch", rank=_dist.rank() if _dist.active() else None,
         details={"origin": "parameter", "parameters": badn,
                  "note": "found before the first update: the weights came in non-finite"},
+    )
+
+
+def carried_diagnosis(finding: Finding, first: tuple[Finding, Diagnosis] | None,
+                      diag: Diagnosis) -> Diagnosis:
+    """The diagnosis of a value carried across steps: the cause of the first event of the run,
+    which made it (``diag``, the data diagnosis, when there was none)."""
+    if first is None:
+        return diag
+    f0, d0 = first
+    k = finding.details.get("carried_from_step")
+    where = f"`{f0.op}`" + (f" in `{f0.module}`" if f0.module else "")
+    return Diagnosis(
+        cause=d0.cause,
+        confidence=d0.confidence,
+        summary=f"state the script carries across steps is still non-finite: {d0.summary}",
+        evidence=[
+            f"the non-finite input at step {finding.step} is what the model returned at step {k} "
+            "and the script passed back in (an RNN's hidden state, a running value); a rollback "
+            "restores weights and optimizer state, not this tensor",
+            f"the first non-finite value of the run was made at step {f0.step} by {where}",
+            *d0.evidence,
+        ],
+        fixes=[
+            "hidden = hidden.detach()\nif not torch.isfinite(hidden).all():\n    "
+            "hidden = torch.zeros_like(hidden)  # start carried state over after a bad step",
+            *d0.fixes,
+        ],
     )

@@ -25,7 +25,7 @@ from ..core.ops import update_norm_estimate
 from ..core.policy import Recovery
 from . import _dist
 from ._backend import TorchBackend
-from ._findings import locate_step
+from ._findings import carried_diagnosis, locate_step
 from ._modules import ModuleStack
 from ._recorder import StepRecorder
 from ._update_replay import UpdateReplay
@@ -219,6 +219,8 @@ class GuardBase:
             if not self.history.healthy():
                 finding.details.setdefault("first_step", True)
             diag = diagnose(finding, self._history_for(opt), self.context(opt))
+            if finding.details.get("origin") == "carried":
+                diag = carried_diagnosis(finding, self.findings[0] if self.findings else None, diag)
         if _dist.active():
             finding, diag = _dist.share(finding, diag, bad_ranks)
         assert finding is not None and diag is not None

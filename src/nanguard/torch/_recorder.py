@@ -33,7 +33,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ..core.source import SourceLocation, user_frame
 from ._modules import ModuleStack, storage_key
 
-__all__ = ["Backward", "Ref", "RootCall", "StepRecorder", "TapeOp"]
+__all__ = ["Backward", "Ref", "RootCall", "StepRecorder", "TapeOp", "carried_inputs"]
 
 _RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential",
                  "cauchy", "geometric", "poisson", "random")
@@ -105,6 +105,25 @@ class Backward:
 Event = TapeOp | RootCall | Backward
 
 
+def _carry_key(t: torch.Tensor) -> tuple[int, tuple[int, ...], torch.dtype]:
+    return storage_key(t), tuple(t.shape), t.dtype
+
+
+def carried_inputs(rec: StepRecorder) -> list[torch.Tensor]:
+    """The tensors this step's model calls (or the ops before them: ``hidden.detach()``)
+    received that a model call of the previous step returned (an RNN's ``hidden``, passed back
+    in)."""
+    if not rec.prev_outputs:
+        return []
+    out = []
+    for ev in rec.events:
+        if isinstance(ev, (RootCall, TapeOp)):
+            out += [t for t in _flat((ev.args, ev.kwargs))
+                    if isinstance(t, torch.Tensor) and t.is_floating_point()
+                    and _carry_key(t) in rec.prev_outputs]
+    return out
+
+
 def _flat(obj: Any) -> list[torch.Tensor]:
     """Tensors in a module's inputs or outputs: nested lists, tuples, dicts and dataclasses
     (a model returning ``Output(loss=..., logits=...)``), in a fixed order."""
@@ -167,6 +186,10 @@ class StepRecorder:
         self.enabled = True
         self.resume_tape = False  # set while a guard is attached
         self._pending_root: RootCall | None = None
+        #: (storage, shape, dtype) of what the model calls of this step / the previous one
+        #: returned: a model input that is one of them is state the script carries across steps
+        self._outputs: set[tuple[int, tuple[int, ...], torch.dtype]] = set()
+        self.prev_outputs: set[tuple[int, tuple[int, ...], torch.dtype]] = set()
         self._forward_started = False  # has this step's forward pass begun (a model call, an op
         # on a tensor that requires grad)?
         self._fresh: set[int] = set()
@@ -201,6 +224,7 @@ class StepRecorder:
 
     # --- recording --------------------------------------------------------------------------------
     def new_step(self) -> None:
+        self.prev_outputs, self._outputs = self._outputs, set()
         self.events = []
         self.truncated = False
         self._made = WeakIdKeyDictionary()
@@ -288,7 +312,10 @@ class StepRecorder:
         if ev is not None and ev.module is mod and not self.paused:
             idx = self._append(ev)
             if idx >= 0:
-                ev.n_out = self._register_outputs(idx, _flat(output))
+                outs = _flat(output)
+                ev.n_out = self._register_outputs(idx, outs)
+                if ev.grad_enabled:  # a training forward (not the many no_grad ones of RL)
+                    self._outputs.update(_carry_key(t) for t in outs if t.is_floating_point())
         self._pending_root = None
         if not self.paused:
             self.tape_on()

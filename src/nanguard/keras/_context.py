@@ -1,0 +1,93 @@
+"""What the Keras guard tells of a step: its history record (after every step, from the one read
+of the traced check's numbers) and the run context a diagnosis reads (only after a failure)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..core.diagnosis import RunContext
+from ..core.history import StepRecord
+from ..core.ops import update_norm_estimate
+from .watch import GuardState, StepStats
+
+if TYPE_CHECKING:
+    from .guard import KerasGuard
+
+__all__ = ["eps_of", "record_step", "run_context"]
+
+_HYPER = ("momentum", "beta_1", "beta_2", "weight_decay", "rho", "nesterov")
+
+
+def eps_of(state: GuardState) -> float | None:
+    if state.eps is not None:
+        return float(state.eps.numpy())
+    e = getattr(state.optimizer, "epsilon", None)
+    return float(e) if isinstance(e, (int, float)) else None
+
+
+def run_context(guard: KerasGuard, state: GuardState | None = None) -> RunContext:
+    """What the diagnosis knows about the optimizer (Keras spelling of the fixes)."""
+    if state is None:
+        state = next(iter(guard._states.values()), None)
+    if state is None:
+        return RunContext(framework="keras")
+    opt = state.optimizer
+    hyper: dict[str, Any] = {}
+    lr = next((r.lr for r in reversed(list(guard.history)) if r.lr is not None), None)
+    if lr is None:
+        try:
+            lr = float(np.asarray(opt.learning_rate)) * guard.recovery.lr_scale
+        except Exception:
+            lr = None
+    if lr is not None:
+        hyper["lr"] = lr
+    eps = eps_of(state)
+    if eps is not None:
+        hyper["epsilon"] = eps
+    for k in _HYPER:
+        v = getattr(opt, k, None)
+        if isinstance(v, (int, float)):
+            hyper[k] = v
+    clip = None
+    for k in ("global_clipnorm", "clipnorm"):
+        v = getattr(opt, k, None)
+        if isinstance(v, (int, float)) and v > 0:
+            clip = float(v)
+    n = sum(int(np.prod(v.shape)) for v in state.var_refs) or None
+    return RunContext(
+        framework="keras",
+        optimizer=type(opt).__name__,
+        hyper=hyper,
+        clip_norm=clip if clip is not None else guard.recovery.clip_norm,
+        num_params=n,
+    )
+
+
+def record_step(
+    guard: KerasGuard,
+    state: GuardState,
+    s: StepStats,
+    finite: bool,
+    event: str | None = None,
+    skipped: bool = False,
+) -> None:
+    opt_name = type(state.optimizer).__name__
+    gnorm = s.grad_norm if s.grad_norm is not None else None
+    n = state.n_params or None
+    rec = StepRecord(
+        step=guard.step,
+        loss=s.loss,
+        grad_norm=gnorm,
+        param_norm=s.param_norm if finite else None,
+        lr=s.lr,
+        update_norm=update_norm_estimate(opt_name, s.lr, gnorm, n) if finite else None,
+        finite=finite,
+        skipped=skipped,
+        event=event,
+    )
+    if s.grad_norms and state.var_names:
+        rec.layer_values = s.grad_norms
+        rec.layer_names = state.var_names  # one list shared by every step
+    guard.history.append(rec)
