@@ -47,3 +47,51 @@ def test_every_rank_skips_the_same_step(tmp_path: Path, policy: str) -> None:
 def test_raise_stops_every_rank_without_hanging(tmp_path: Path) -> None:
     r0, r1 = _run(tmp_path, "raise")
     assert r0["error"] == r1["error"] == {"rank": 1, "phase": "data"}
+
+
+_TORCHRUN_SCRIPT = """
+import torch, torch.nn as nn, torch.nn.functional as F
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+g = torch.Generator().manual_seed(rank)
+for step in range(6):
+    x = torch.randn(16, 4, generator=g)
+    if rank == 1 and step == 2:
+        x[5, 1] = float("nan")
+    opt.zero_grad()
+    F.mse_loss(model(x), x.sum(1, keepdim=True)).backward()
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_keep_their_own_run_logs_and_report_merges_them(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(_TORCHRUN_SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+         "-m", "nanguard", "run", "--json", "run.json", "train.py"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode != 0  # the ranks stopped with exit status 3
+    r0 = json.loads((tmp_path / "run.json").read_text())
+    r1 = json.loads((tmp_path / "run.rank1.json").read_text())
+    assert (r0["rank"], r1["rank"], r0["world_size"]) == (0, 1, 2)
+    for log in (r0, r1):  # both ranks stopped on the same step, on rank 1's bad sample
+        assert log["status"] == "nonfinite" and log["exit_code"] == 3
+        assert [(e["step"], e["rank"], e["cause"]) for e in log["events"]] == [(2, 1, "nonfinite-input")]
+    from nanguard.core.runlog import merge_ranks
+
+    merged = merge_ranks(str(tmp_path / "run.json"))
+    assert [x["rank"] for x in merged["ranks"]] == [0, 1] and merged["status"] == "nonfinite"
+    assert any(n.startswith("rank 1: nonfinite") for n in merged["notes"])
+    rep = subprocess.run([sys.executable, "-m", "nanguard", "report", "run.json", "-o", "r.html"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    assert "rank 1: nonfinite" in (tmp_path / "r.html").read_text()

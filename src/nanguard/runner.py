@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .core.errors import GiveUpError, NonFiniteError
-from .core.runlog import RunLog
+from .core.runlog import RunLog, rank_from_env, rank_path
 
 __all__ = ["EXIT_NONFINITE", "RunOptions", "run_script"]
 
@@ -144,6 +144,9 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
     del code
 
     log = RunLog(script=script, argv=list(args), started=time.time())
+    ranked = rank_from_env()  # under torchrun every rank gets the same paths: each keeps its own
+    if ranked is not None:
+        log.rank, log.world_size = ranked
     sessions: list[Session] = []
     from .cli._live import make_observers
 
@@ -291,11 +294,11 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
                               "\n  the run log: nanguard run --json PATH (or --report PATH)"),
                       file=sys.stderr)
         if opts.json_path:
-            log.write(opts.json_path)
+            log.write(rank_path(opts.json_path, log.rank))
         if opts.report_path:
             from .core.report_html import write_report
 
-            write_report(log, opts.report_path)
+            write_report(log, rank_path(opts.report_path, log.rank))
     return status
 
 

@@ -28,11 +28,11 @@ def add_parser(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..core.runlog import RunLog
+    from ..core.runlog import merge_ranks
 
     out = args.output or os.path.splitext(args.runlog)[0] + ".html"
     try:
-        doc = RunLog.read(args.runlog)
+        doc = merge_ranks(args.runlog)  # with the logs of the other ranks beside it, if any
     except FileNotFoundError:
         print(f"nanguard report: no such file: {args.runlog}", file=sys.stderr)
         return 2
