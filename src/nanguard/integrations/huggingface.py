@@ -26,6 +26,7 @@ accumulation that is the last micro-batch of the step.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -51,6 +52,8 @@ from ..torch.snapshot import floating_buffers
 from ._common import RunRecord
 
 __all__ = ["POLICIES", "NanGuardCallback"]
+
+log = logging.getLogger("nanguard")
 
 POLICIES = ("raise", "stop", "skip", "recover")
 
@@ -155,6 +158,7 @@ class NanGuardCallback(TrainerCallback, RunRecord):
         except NonFiniteError as err:
             return err.finding
         except Exception:  # best effort: the guard's finding stands
+            log.debug("nanguard: the forward run again under locate() failed", exc_info=True)
             return None
         finally:
             with torch.no_grad():

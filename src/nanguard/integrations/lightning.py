@@ -24,6 +24,7 @@ the step and lowers its scale): it is recorded, not reported. After the update
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -57,6 +58,8 @@ from ..torch.watch import NormCheck, check_grads, check_params
 from ._common import RunRecord
 
 __all__ = ["NanGuardCallback"]
+
+log = logging.getLogger("nanguard")
 
 
 class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
@@ -308,6 +311,7 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
         except NonFiniteError as err:
             return err.finding
         except Exception:  # the replay is a best effort; the watch finding stands
+            log.debug("nanguard: the replay of training_step failed", exc_info=True)
             return None
         finally:
             for name, value in muted.items():

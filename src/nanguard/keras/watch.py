@@ -287,19 +287,13 @@ def _swapped(opt: Any, lr: Any, eps: Any) -> Iterator[None]:
             object.__setattr__(opt, "epsilon", old_eps)
 
 
-def guarded_apply(
-    state: GuardState,
-    orig: Callable[..., Any],
-    opt: Any,
-    grads: Sequence[Any],
-    trainable_variables: Sequence[Any] | None,
-) -> Any:
-    """``optimizer.apply`` with the check and the conditional update (see the module docstring)."""
+def _prepare(state: GuardState, opt: Any, grads: list[Any], trainable_variables: Sequence[Any] | None
+             ) -> tuple[list[Any], list[tuple[int, Any, Any]], list[Any]]:
+    """While the step is traced: build the optimizer if needed (eagerly), take the first
+    snapshot, and note which variables and slots this update writes. Returns the variables, the
+    ``(index, gradient, variable)`` pairs with a gradient, and the optimizer's slots."""
     from keras.src import backend as kbackend
 
-    grads = list(grads)
-    if not grads:
-        return orig(opt, grads, trainable_variables)
     if trainable_variables is None:
         tv = list(opt._trainable_variables)
     else:
@@ -311,7 +305,6 @@ def guarded_apply(
                 opt.build(tv)
             opt.built = True
     pairs = [(i, g, v) for i, (g, v) in enumerate(zip(grads, tv)) if g is not None]
-    gl = [g for _, g, _ in pairs]
     vl = [v for _, _, v in pairs]
     if state.on_trace is not None:
         with tf.init_scope():  # eager, outside the trace: the values before the first update
@@ -324,6 +317,23 @@ def guarded_apply(
              and "learning_rate" not in var_path(v)]
     state.slot_refs = slots
     state.traced += 1
+    return tv, pairs, slots
+
+
+def guarded_apply(
+    state: GuardState,
+    orig: Callable[..., Any],
+    opt: Any,
+    grads: Sequence[Any],
+    trainable_variables: Sequence[Any] | None,
+) -> Any:
+    """``optimizer.apply`` with the check and the conditional update (see the module docstring)."""
+    grads = list(grads)
+    if not grads:
+        return orig(opt, grads, trainable_variables)
+    tv, pairs, slots = _prepare(state, opt, grads, trainable_variables)
+    gl = [g for _, g, _ in pairs]
+    vl = [v for _, _, v in pairs]
     losses = _take_losses()
 
     g_fin, g_sq = sq_norms(float_tensors(gl))

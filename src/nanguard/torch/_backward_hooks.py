@@ -84,8 +84,8 @@ class BackwardHooks(GuardBase, _autograd.BackwardListener):
     def _scaler_owns(self, chk: NormCheck) -> bool:
         """Non-finite gradients from a finite loss while a dynamic loss scaler with room to
         shrink is alive: the scaler skips this update itself (its first steps often do)."""
-        if any(math.isnan(v) for v in chk.losses[: self._n_losses]):
-            return False
+        if not all(math.isfinite(v) for v in chk.losses[: self._n_losses]):
+            return False  # the (scaled, float32) loss itself is not finite: no scale can fix it
         return any(scale_of(s) > 1.0 for s in self._scalers_all())
 
     def clip_called(self, total_norm: Any, max_norm: float) -> None:
@@ -108,7 +108,9 @@ class BackwardHooks(GuardBase, _autograd.BackwardListener):
         if stepped:
             self.controller.scaler_stepped()
             return
-        nan_loss = any(bool(torch.isnan(x).any()) for x in self._losses)
+        # a non-finite loss (NaN, or Inf from a forward overflow) is no scale's doing: a
+        # float32 loss times a scale of 2**24 overflows only beyond 1e31
+        nan_loss = not all(bool(torch.isfinite(x).all()) for x in self._losses)
         reason = self.controller.scaler_skipped(nan_loss=nan_loss, scale=scale_of(scaler))
         self._n_losses = len(self._losses)
         if reason is None:

@@ -120,7 +120,9 @@ class OptimizerHooks(GuardBase):
         chk, pchk = check([p.grad for p in params], [*self._losses, *self._clip_norms], weights)
         if pchk is not None:
             self._weights_checked(opt, pchk, wnames)
-        if not chk.finite and not chk.bad and self._scalers_all() and not any(math.isnan(v) for v in chk.losses):
+        losses_ok = all(math.isfinite(v) for v in chk.losses[: self._n_losses])
+        if not chk.finite and not chk.bad and self._scalers_all() and losses_ok and \
+                not any(math.isnan(v) for v in chk.losses):
             # a GradScaler scaled the loss until it overflowed, but the unscaled gradients it
             # passed on are finite: the scaler's business, not a failure (a NaN loss still is)
             chk.finite = True

@@ -7,6 +7,7 @@ while the copy is affordable — and, after a failed update, once (:meth:`Update
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,8 @@ from ._modules import ModuleStack
 from .locator import Locator
 
 __all__ = ["UpdateReplay"]
+
+log = logging.getLogger("nanguard")
 
 
 class UpdateReplay:
@@ -128,6 +131,7 @@ class UpdateReplay:
             with loc:
                 raw(opt)
         except Exception:  # a replay is evidence, never a new failure
+            log.debug("nanguard: the replay of the optimizer step failed", exc_info=True)
             return None
         finally:
             with torch.no_grad():

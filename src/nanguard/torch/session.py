@@ -7,6 +7,7 @@ also keeps a locator on every op, for code that has no optimizer step to hook.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any
 
@@ -18,6 +19,8 @@ from .locator import Locator, _LocateListener
 from .replay import replay
 
 __all__ = ["TorchSession"]
+
+log = logging.getLogger("nanguard")
 
 
 class TorchSession(GuardSession):
@@ -89,6 +92,7 @@ class TorchSession(GuardSession):
         try:
             finding, extra = replay(rec.events, model=None, modules=self.guard.modules, step=self.guard.step)
         except Exception:  # the replay is a best effort here; the script's error stands
+            log.debug("nanguard: the replay after the script's error failed", exc_info=True)
             return None
         if finding is None:
             return None
