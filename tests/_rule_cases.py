@@ -103,6 +103,9 @@ def cases(fw: str) -> dict[str, Case]:
             fw, phase="forward", op=op("aten.log.default", "Log"), module="head", neginf=3,
             inputs=(stats("x", zeros=3, min=0.0, max=0.9, absmax=0.9),),
             input_producers=(op("aten._softmax.default", "Softmax"),)),
+        "nonfinite_from_small_inputs": case(
+            fw, FIRST, phase="forward", op=op("aten.linalg_solve.default", "MatrixSolve"), nan=4,
+            inputs=(stats("A", zeros=16, min=0.0, max=0.0, absmax=0.0), stats("B", absmax=1.0))),
         "first_backward_overflow": case(
             fw, FIRST, phase="backward", op=mm_bw, grad_fn=op("MmBackward0", "_MatMulGrad"),
             posinf=4, inputs=huge, activation_scale=(("rnn", 0.9), ("head", 1.5))),

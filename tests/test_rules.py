@@ -7,6 +7,7 @@ holds, and that no framework's spelling reaches the other's user.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -161,6 +162,8 @@ def test_low_precision_overflow() -> None:
         ("aten.exp.default", [stats(max=100.0)], {}, "`exp` overflowed"),
         ("aten.var.correction", [stats(numel=1)], {}, "`var` of a single element"),
         ("aten.xlogy.Tensor", [stats("x"), stats("y", zeros=1)], {}, "`xlogy` of a non-positive number"),
+        ("aten._weight_norm_interface.default", [stats("v", zeros=8), stats("g", absmax=0.7)], {},
+         "`_weight_norm_interface` divided by the norm of an all-zero `v`"),
     ],
 )
 def test_forward_singularities(op: str, ins: list, scalars: dict, summary: str) -> None:
@@ -193,6 +196,35 @@ def test_backward_singularities(grad_fn: str, summary: str) -> None:
     assert "the forward pass was finite; the value was made in the backward" in d.evidence[-1]
     custom = replace(c, ev=replace(c.ev, custom_function="MyFn", op="aten.mul.Tensor"))
     assert singular.op_at_singularity(custom) is None  # a custom backward is judged as written
+
+
+def test_weight_norm_of_a_zeroed_channel_is_an_unsafe_op_not_bad_init() -> None:
+    """The issue's case in numbers: ``_weight_norm_interface`` over a ``v`` with a zeroed row,
+    at the first step, the activations before it small."""
+    f = Finding(
+        phase="forward", op="aten._weight_norm_interface.default",
+        module="fc1.parametrizations.weight.0", module_type="_WeightNorm", step=0,
+        dtype="float32", shape=(16, 16), nan=16,
+        inputs=[stats("v", numel=256, zeros=16, negatives=120, min=-0.35, max=0.35, absmax=0.35),
+                stats("g", numel=16, min=0.47, max=0.7, absmax=0.7)],
+        details={"first_step": True, "activation_scale": [("fc0", 2.15), ("fc1", math.nan)]},
+    )
+    d = diagnose(f)
+    assert d.cause is Cause.UNSAFE_OP and d.rule == "op_at_singularity" and d.confidence == 0.9
+    assert "its norm — the denominator — is 0" in d.evidence[0] and "0/0 = nan" in d.evidence[0]
+    assert "original0" in d.fixes[0]
+    assert contradictions(d) == []
+
+
+def test_nonfinite_from_small_inputs_is_no_overflow() -> None:
+    c = cases("torch")["nonfinite_from_small_inputs"]
+    d = singular.nonfinite_from_small_inputs(c)
+    assert d is not None and d.cause is Cause.UNSAFE_OP and d.confidence == 0.5
+    assert "inputs holding zeros: `A` (16 of 16)" in d.evidence
+    big = replace(c, ev=replace(c.ev, inputs=(stats("A", absmax=1e30),)))
+    assert singular.nonfinite_from_small_inputs(big) is None
+    half = replace(c, ev=replace(c.ev, dtype="float16"))
+    assert singular.nonfinite_from_small_inputs(half) is None  # small float16 values can overflow
 
 
 def test_first_step_rules() -> None:

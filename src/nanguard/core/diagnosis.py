@@ -39,6 +39,7 @@ RULES: tuple[Rule, ...] = (
     # an op: its dtype, then its singular points
     precision.low_precision_overflow,
     singular.op_at_singularity,
+    singular.nonfinite_from_small_inputs,
     # ordinary arithmetic overflowed: the history decides
     overflow.first_backward_overflow,
     overflow.first_step_overflow_small_activations,

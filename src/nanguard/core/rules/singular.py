@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..case import Case, Diagnosis
 from ..evidence import Evidence
 from ..finding import TensorStats
+from ..ops import norm_divisor
 from ..taxonomy import Cause
 from ._fmt import num
 
@@ -23,6 +24,7 @@ __all__ = [
     "FORWARD",
     "Singularity",
     "find_singularity",
+    "nonfinite_from_small_inputs",
     "op_at_singularity",
 ]
 
@@ -207,6 +209,21 @@ def _xlogy(case: Case) -> Singularity | None:
                        "the log argument held zeros or negatives", [case.say.xlogy_clamp])
 
 
+def _zero_norm(case: Case) -> Singularity | None:
+    """Weight normalization divides by the norm of ``v``: a slice of zeros has norm 0 — 0/0."""
+    ev = case.ev
+    i = norm_divisor(ev.op)
+    v = ev.input(i) if i is not None else None
+    if v is None or not v.zeros or not ev.nan:
+        return None
+    return Singularity(
+        f"`{case.shown}` divided by the norm of an all-zero `{v.name}` {ev.where}",
+        f"the input `{v.name}` held {v.zeros} zeros out of {v.numel}: where a slice of `{v.name}` is "
+        f"all zeros its norm — the denominator — is 0, and {v.name}/‖{v.name}‖ = 0/0 = nan ({ev.what})",
+        list(case.say.norm_divisor_fixes),
+    )
+
+
 FORWARD: dict[str, Check] = {
     "log": _log, "log2": _log, "log10": _log, "log1p": _log1p,
     "div": _div, "reciprocal": _div, "fmod": _div, "remainder": _div, "addcdiv": _div,
@@ -299,6 +316,8 @@ def find_singularity(case: Case) -> Singularity | None:
     # a custom autograd.Function's backward is user code: its ops are judged as written
     if ev.phase != "backward" or ev.custom_function:
         check = FORWARD.get(ev.op_name)
+        if check is None and norm_divisor(ev.op) is not None:
+            check = _zero_norm
         return check(case) if check is not None else None
     check = BACKWARD.get(ev.forward_op)
     return check(case) if check is not None else None
@@ -319,3 +338,36 @@ def op_at_singularity(case: Case) -> Diagnosis | None:
                      f"({num(w.first)} → {num(w.last)})")
     return Diagnosis(Cause.UNSAFE_OP, 0.9, sing.what, lines, sing.fixes)
 
+
+#: inputs below this magnitude cannot overflow float32/float64 through ordinary arithmetic
+SMALL_INPUT = 1e3
+
+
+def nonfinite_from_small_inputs(case: Case) -> Diagnosis | None:
+    """A forward op made NaN/Inf from finite inputs that are all small: that is no overflow of
+    large values but a singular point the catalogue does not name (0/0, a zero norm, a value
+    outside the op's domain)."""
+    ev = case.ev
+    if ev.phase != "forward" or ev.op is None or not ev.inputs or ev.dtype_max is not None:
+        return None
+    if any(s.absmax is None or s.nonfinite for s in ev.inputs):
+        return None
+    x = max(ev.inputs, key=lambda s: s.absmax or 0.0)
+    big = x.absmax or 0.0
+    if big >= SMALL_INPUT:
+        return None
+    lines = [
+        f"`{case.shown}` {ev.where} produced {ev.what} from finite inputs no larger than "
+        f"{num(big)} ({x.name})",
+        f"values this small cannot overflow {ev.dtype or 'float32'}: the op met a singular point "
+        "(0/0, a zero norm or count as a denominator, a value outside its domain)",
+    ]
+    zeros = [s for s in ev.inputs if s.zeros]
+    if zeros:
+        lines.append("inputs holding zeros: " + ", ".join(
+            f"`{s.name}` ({s.zeros} of {s.numel})" for s in zeros[:3]))
+    return Diagnosis(
+        Cause.UNSAFE_OP, 0.5, f"`{case.shown}` made {ev.what} from small finite inputs", lines,
+        ["x / (y + 1e-12)  # keep a denominator (a norm, a std, a count) away from 0",
+         "nanguard run --trace script.py  # the op's input statistics, at the step it failed"],
+    )
