@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Finding", "TensorStats"]
+if TYPE_CHECKING:
+    from .evidence import Evidence
+
+__all__ = ["Finding", "TensorStats", "describe_values"]
 
 
 def _num(x: float | None) -> float | None:
@@ -19,6 +22,24 @@ def _num(x: float | None) -> float | None:
     if x is None or not math.isfinite(x):
         return None
     return float(x)
+
+
+def describe_values(
+    nan: int, posinf: int, neginf: int, dtype: str | None, shape: tuple[int, ...]
+) -> str:
+    """``2 NaN, 3 -Inf in float32[64, 10]``: the non-finite counts of a tensor and its type."""
+    parts = []
+    if nan:
+        parts.append(f"{nan} NaN")
+    if posinf:
+        parts.append(f"{posinf} +Inf")
+    if neginf:
+        parts.append(f"{neginf} -Inf")
+    counts = ", ".join(parts) or "non-finite values"
+    if dtype:
+        dims = ", ".join(str(s) for s in shape)
+        return f"{counts} in {dtype}[{dims}]"
+    return counts
 
 
 @dataclass
@@ -136,18 +157,14 @@ class Finding:
     @property
     def what(self) -> str:
         """``2 NaN, 3 -Inf in float32[64, 10]``."""
-        parts = []
-        if self.nan:
-            parts.append(f"{self.nan} NaN")
-        if self.posinf:
-            parts.append(f"{self.posinf} +Inf")
-        if self.neginf:
-            parts.append(f"{self.neginf} -Inf")
-        counts = ", ".join(parts) or "non-finite values"
-        if self.dtype:
-            shape = ", ".join(str(s) for s in self.shape)
-            return f"{counts} in {self.dtype}[{shape}]"
-        return counts
+        return describe_values(self.nan, self.posinf, self.neginf, self.dtype, self.shape)
+
+    @property
+    def evidence(self) -> Evidence:
+        """The typed view of this finding that the diagnosis rules read (:class:`Evidence`)."""
+        from .evidence import Evidence
+
+        return Evidence.of(self)
 
     @property
     def op_short(self) -> str | None:

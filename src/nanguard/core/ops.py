@@ -14,6 +14,7 @@ __all__ = [
     "SINGULAR_OPS",
     "canonical_op",
     "forward_op_of_grad_fn",
+    "norm_divisor",
 ]
 
 _TF_NAMES = {
@@ -146,3 +147,14 @@ def forward_op_of_grad_fn(grad_fn: str | None) -> str | None:
     if not base:
         return None
     return _CAMEL.sub("_", base).lower()
+
+
+#: ops that divide by the norm of one of their inputs, and which input (weight normalization:
+#: ``g · v / ‖v‖``, ``v`` first)
+_NORM_DIVISORS = {"_weight_norm_interface": 0, "_weight_norm": 0}
+
+
+def norm_divisor(op: str | None) -> int | None:
+    """For an op that divides by the norm of one of its inputs, that input's index (``0`` for
+    ``aten._weight_norm_interface``: a slice of ``v`` that is all zeros gives 0/0); else ``None``."""
+    return _NORM_DIVISORS.get(canonical_op(op))

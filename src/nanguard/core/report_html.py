@@ -230,6 +230,47 @@ def _draw(
     return handles
 
 
+#: matplotlib settings of every figure of the report
+_RC: dict[str, Any] = {
+    "svg.fonttype": "none",  # text stays text: searchable, and drawn in the page's font
+    "font.family": "sans-serif",
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e6e6e6",
+    "grid.linewidth": 0.6,
+    "axes.edgecolor": "#888888",
+    "axes.titlesize": 9,
+    "axes.titlecolor": "#5b6475",
+    "legend.fontsize": 8,
+    "legend.frameon": True,
+    "legend.framealpha": 0.85,
+    "legend.edgecolor": "#ffffff",
+}
+
+
+def _legend(fig: Any, ax: Axes, zax: Axes | None, several: bool, line_entries: Any,
+            outside: bool) -> None:
+    """One legend for the figure: the lines (when there are several), then the marks."""
+    handles, labels = ax.get_legend_handles_labels()
+    if zax is not None:
+        zh, zl = zax.get_legend_handles_labels()
+        handles, labels = handles + zh, labels + zl
+    uniq: dict[str, Any] = {}
+    if several:
+        uniq.update((lab, h) for h, lab in line_entries)
+    for h, lab in zip(handles, labels):
+        if lab and not lab.startswith("_") and lab not in uniq:
+            uniq[lab] = h
+    if uniq:
+        if outside:
+            fig.legend(list(uniq.values()), list(uniq.keys()), loc="outside right upper",
+                       frameon=False)
+        else:
+            (zax or ax).legend(list(uniq.values()), list(uniq.keys()), loc="best")
+
+
 def _plot_svg(
     key: str,
     lines: Lines,
@@ -251,24 +292,7 @@ def _plot_svg(
     import matplotlib
     from matplotlib.figure import Figure
 
-    rc: Any = {
-        "svg.hashsalt": f"nanguard-{key}",  # distinct element ids for each inline SVG
-        "svg.fonttype": "none",  # text stays text: searchable, and drawn in the page's font
-        "font.family": "sans-serif",
-        "font.size": 9,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "axes.grid": True,
-        "grid.color": "#e6e6e6",
-        "grid.linewidth": 0.6,
-        "axes.edgecolor": "#888888",
-        "axes.titlesize": 9,
-        "axes.titlecolor": "#5b6475",
-        "legend.fontsize": 8,
-        "legend.frameon": True,
-        "legend.framealpha": 0.85,
-        "legend.edgecolor": "#ffffff",
-    }
+    rc: Any = {**_RC, "svg.hashsalt": f"nanguard-{key}"}  # distinct element ids per inline SVG
     if own_range:
         xs = [s for steps, _ in lines.values() for s in steps]
     else:
@@ -294,22 +318,7 @@ def _plot_svg(
             _draw(zax, lines, marks, (z0, z1), **opts)
             zax.set_title(f"steps {z0:g}–{z1:g}, around the first non-finite value", loc="left")
             ax.set_title("the whole run", loc="left")
-        handles, labels = ax.get_legend_handles_labels()
-        if zax is not None:
-            zh, zl = zax.get_legend_handles_labels()
-            handles, labels = handles + zh, labels + zl
-        uniq: dict[str, Any] = {}
-        if len(lines) > 1:
-            uniq.update((lab, h) for h, lab in line_entries)
-        for h, lab in zip(handles, labels):
-            if lab and not lab.startswith("_") and lab not in uniq:
-                uniq[lab] = h
-        if uniq:
-            if legend_outside:
-                fig.legend(list(uniq.values()), list(uniq.keys()), loc="outside right upper",
-                           frameon=False)
-            else:
-                (zax or ax).legend(list(uniq.values()), list(uniq.keys()), loc="best")
+        _legend(fig, ax, zax, len(lines) > 1, line_entries, legend_outside)
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = buf.getvalue()
@@ -566,6 +575,35 @@ def _doc(log: RunLog | Mapping[str, Any]) -> dict[str, Any]:
     return d
 
 
+def _plots_html(doc: Mapping[str, Any]) -> str:
+    """The "Over the run" section: the plots and the key to their marks."""
+    plots = _plots(doc)
+    if plots:
+        m = _marks(doc)
+        items = []
+        if m.first_bad is not None:
+            items.append(f"<span style='border-top:2px solid {_C_FAIL}'></span>first non-finite "
+                         f"step ({_e(m.first_bad)})")
+        if m.rollbacks:
+            items.append(f"<span style='border-top:2px dashed {_C_ROLLBACK}'></span>rollback "
+                         "(shaded: the steps it undid)")
+        if m.skips:
+            items.append(f"<span style='border-top:2px dotted {_C_SKIP}'></span>skipped step")
+        if any(r.get("finite") is False for r in doc.get("history", [])):
+            items.append(f"<span style='border-top:0'></span><b style='color:{_C_FAIL}'>✕</b> a "
+                         "NaN/Inf value (no height to plot)")
+        key = f"<p class='legend-key'>Marks:{''.join(items)}</p>" if items else ""
+        figs = []
+        for pid, title, caption, svg in plots:
+            wide = " class='wide'" if pid == "plot-loss" else ""
+            figs.append(f"<figure id='{pid}'{wide}><figcaption><b>{_e(title)}</b>{_e(caption)}"
+                        f"</figcaption>{svg}</figure>")
+        return (f"<section id='plots'><h2>Over the run</h2>{key}<div class='plots'>"
+                f"{''.join(figs)}</div></section>")
+    return ("<section class='card' id='plots'><h2>Over the run</h2><p>No steps were "
+            "recorded.</p></section>")
+
+
 def render_report(log: RunLog | Mapping[str, Any]) -> str:
     """The report of ``log`` (a :class:`~nanguard.core.runlog.RunLog`, or the dict
     :meth:`RunLog.read` returns) as one HTML document."""
@@ -607,32 +645,7 @@ def render_report(log: RunLog | Mapping[str, Any]) -> str:
         body.append(f"<section class='card' id='error'><h2>Error</h2><pre>{_e(doc['error'])}</pre>"
                     "</section>")
 
-    plots = _plots(doc)
-    if plots:
-        m = _marks(doc)
-        items = []
-        if m.first_bad is not None:
-            items.append(f"<span style='border-top:2px solid {_C_FAIL}'></span>first non-finite "
-                         f"step ({_e(m.first_bad)})")
-        if m.rollbacks:
-            items.append(f"<span style='border-top:2px dashed {_C_ROLLBACK}'></span>rollback "
-                         "(shaded: the steps it undid)")
-        if m.skips:
-            items.append(f"<span style='border-top:2px dotted {_C_SKIP}'></span>skipped step")
-        if any(r.get("finite") is False for r in doc.get("history", [])):
-            items.append(f"<span style='border-top:0'></span><b style='color:{_C_FAIL}'>✕</b> a "
-                         "NaN/Inf value (no height to plot)")
-        key = f"<p class='legend-key'>Marks:{''.join(items)}</p>" if items else ""
-        figs = []
-        for pid, title, caption, svg in plots:
-            wide = " class='wide'" if pid == "plot-loss" else ""
-            figs.append(f"<figure id='{pid}'{wide}><figcaption><b>{_e(title)}</b>{_e(caption)}"
-                        f"</figcaption>{svg}</figure>")
-        body.append(f"<section id='plots'><h2>Over the run</h2>{key}<div class='plots'>"
-                    f"{''.join(figs)}</div></section>")
-    else:
-        body.append("<section class='card' id='plots'><h2>Over the run</h2><p>No steps were "
-                    "recorded.</p></section>")
+    body.append(_plots_html(doc))
     body.append(_recoveries_html(recs))
     if len(events) > 1:
         more = "".join(

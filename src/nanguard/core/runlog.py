@@ -64,6 +64,7 @@ def event_dict(f: Finding, d: Diagnosis | None) -> dict[str, Any]:
         "summary": d.summary if d else None,
         "evidence": list(d.evidence) if d else [],
         "fixes": list(d.fixes) if d else [],
+        "rule": d.rule if d else None,
         "inputs": [s.to_dict() for s in f.inputs],
         "scalars": dict(f.scalars),
         "details": dict(f.details),

@@ -170,8 +170,9 @@ def replay(
                     t = values.made.get(ref)
                     if ref.event == i and t is not None and checkable(t) and not bool(torch.isfinite(t).all()):
                         origin = loc.origin_of(t)
-                        if origin is not None:
-                            loc._reached(origin, what, sink=what)
+                        if origin is not None:  # the extra sinks are clip_grad_norm_'s total norms
+                            loc._reached(origin, what, sink=what,
+                                         clip_total_norm=float(t.detach().float().abs().max()))
                 if loc.findings:
                     break
     finally:

@@ -1,0 +1,40 @@
+"""How the diagnosis writes numbers: 3 significant digits, round learning rates."""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["above_max", "nice_lr", "num"]
+
+
+def num(x: float | None) -> str:
+    """Format a number the way the messages print it: 3 significant digits."""
+    if x is None:
+        return "?"
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return f"{x:.3g}"
+
+
+def nice_lr(lr: float) -> str:
+    """A round learning rate a person would type: 2.5, 0.001, 3e-05."""
+    if lr <= 0 or not math.isfinite(lr):
+        return "1e-3"
+    exp = math.floor(math.log10(lr))
+    mant = lr / 10**exp
+    for m in (1, 2, 2.5, 5, 10):
+        if mant <= m * 1.0001:
+            mant = m
+            break
+    val = mant * 10**exp
+    return f"{val:g}"
+
+
+def above_max(f32: float, dtype: str, top: float) -> str:
+    """'in float32 … up to 65535, above the float16 maximum 65504' — with as many digits as it
+    takes to tell the two apart."""
+    digits = 3
+    while digits < 9 and f"{f32:.{digits}g}" == f"{top:.{digits}g}":
+        digits += 1
+    return (f"in float32 the same op gives values up to {f32:.{digits}g}, above the {dtype} maximum "
+            f"{top:.{digits}g}")

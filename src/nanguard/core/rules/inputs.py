@@ -1,0 +1,107 @@
+"""Rules for values that were non-finite before any op made them: the batch, the weights, and
+a non-finite literal (a ``-inf`` mask) written by the code."""
+
+from __future__ import annotations
+
+from ..case import Case, Diagnosis
+from ..ops import canonical_op
+from ..taxonomy import Cause
+
+__all__ = [
+    "batch_holds_nonfinite",
+    "explicit_nonfinite_constant",
+    "mask_row_became_nan",
+    "weights_already_nonfinite",
+]
+
+
+def batch_holds_nonfinite(case: Case) -> Diagnosis | None:
+    """The input batch itself held NaN/Inf (the data phase)."""
+    ev, say = case.ev, case.say
+    if ev.phase != "data":
+        return None
+    lines: list[str] = []
+    name = ev.input_name or "the batch"
+    for s in ev.samples[:3]:
+        feats = s.features or ()
+        where = (f", feature{'s' if len(feats) > 1 else ''} {', '.join(map(str, feats[:6]))}"
+                 if feats else "")
+        lines.append(f"sample {s.index} of {name}{where} is {s.kind}")
+    if len(ev.samples) > 3:
+        lines.append(f"… and {len(ev.samples) - 3} more samples")
+    if not lines:
+        lines.append(f"{name} holds {ev.what} before any operation ran")
+    fixes = [
+        say.drop_bad_samples,
+        "nanguard scan <your data file>  # find every bad row and column",
+        "df = df.dropna()  # or df.fillna(...) before building tensors from a DataFrame",
+    ]
+    return Diagnosis(
+        Cause.NONFINITE_INPUT, 0.95, f"the input batch already holds {ev.what}", lines, fixes
+    )
+
+
+def weights_already_nonfinite(case: Case) -> Diagnosis | None:
+    """A weight was non-finite before the step began (a corrupt checkpoint, a bad init)."""
+    ev, say = case.ev, case.say
+    if ev.op != "parameter" and ev.origin != "parameter":
+        return None
+    names = list(ev.parameters) or ([ev.module] if ev.module else [])
+    lines = [f"`{n}` was non-finite before the step began" for n in names[:4]] or [
+        "a weight was non-finite before the step began"
+    ]
+    if ev.step in (0, None) or case.trend.healthy_steps == 0:
+        lines.append("no healthy step ran before: the weights came in bad (loaded checkpoint or init)")
+    return Diagnosis(
+        Cause.NONFINITE_PARAMETERS, 0.9, "the weights were already non-finite", lines,
+        [say.check_weights, say.load_checkpoint],
+    )
+
+
+def mask_row_became_nan(case: Case) -> Diagnosis | None:
+    """An intended ``-inf`` (a mask) was harmless until this op made NaN of it: a softmax over a
+    row that is masked entirely is 0/0."""
+    ev, say = case.ev, case.say
+    mask = ev.masked_inf
+    if mask is None:
+        return None
+    by = f"`{canonical_op(mask.op)}`" + (f" at {mask.source}" if mask.source else "")
+    entire = ev.op_name in ("softmax", "log_softmax")
+    lines = [
+        (f"`{case.shown}` {ev.where} received a row that is -inf everywhere (every position masked) "
+         f"and made {ev.what}: softmax of only -inf is 0/0") if entire else
+        (f"`{case.shown}` {ev.where} turned the -inf of a mask into {ev.what}"),
+        f"the -inf came from {by}: on its own it is harmless; it is this {case.shown} that made NaN",
+    ]
+    x = ev.input(0)
+    if x is not None and x.neginf:
+        lines.append(f"its input held {x.neginf} -inf out of {x.numel}")
+    fixes = [
+        say.mask_with_finite_min,
+        "make sure every query keeps at least one key (a padding row: mask it out of the loss, "
+        "not out of the attention)",
+    ]
+    return Diagnosis(
+        Cause.UNSAFE_OP, 0.85,
+        "a row masked entirely: softmax over only -inf" if entire else "a -inf mask became NaN",
+        lines, fixes,
+    )
+
+
+def explicit_nonfinite_constant(case: Case) -> Diagnosis | None:
+    """The code wrote an explicit NaN/Inf (a ``-inf`` mask that reached the loss, a poisoned
+    value)."""
+    ev, say = case.ev, case.say
+    const = ev.constant
+    if const is None:
+        return None
+    lines = [f"`{case.shown}` {ev.where} wrote the literal {const} and it reached the {ev.reached or 'loss'}"]
+    fixes = [
+        say.constant_with_finite_min,
+        "make sure no row is masked entirely: softmax over only -inf is 0/0 = nan",
+    ]
+    if const == "nan":
+        fixes = ["remove the assignment of nan, or write a finite value"]
+    return Diagnosis(
+        Cause.UNSAFE_OP, 0.8, f"an explicit {const} in your code reached the training", lines, fixes
+    )

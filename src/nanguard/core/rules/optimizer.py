@@ -1,0 +1,144 @@
+"""Rules for the update: a gradient norm that overflowed inside clipping, and an optimizer step
+that turned finite gradients into non-finite weights."""
+
+from __future__ import annotations
+
+import math
+
+from ..case import Case, Diagnosis
+from ..taxonomy import Cause
+from ._fmt import nice_lr, num
+from .fixes import explode_fixes, lr_fixes
+from .singular import find_singularity
+
+__all__ = [
+    "clip_norm_overflowed",
+    "optimizer_made_nonfinite",
+    "optimizer_squares_overflowed",
+    "optimizer_step_too_large",
+]
+
+#: float32's largest value: above its square root, a square overflows
+_FLOAT32_MAX = 3.4e38
+
+
+def clip_norm_overflowed(case: Case) -> Diagnosis | None:
+    """``clip_grad_norm_`` swallowed an overflow: the gradients' total norm itself overflowed, so
+    every gradient was scaled by 0."""
+    ev, say, trend = case.ev, case.say, case.trend
+    if not ev.clip_overflow:
+        return None
+    lines = [
+        f"`{case.shown}` {ev.where} overflowed: the total gradient norm is {ev.what}",
+        f"{say.clip_norm_fn} then scaled every gradient by 0: the update was silently zero "
+        "and its returned norm was the only trace",
+    ]
+    g = trend.grads
+    if g is not None and g.factor >= 2:
+        lines.append(f"grad norm over the last steps: {num(g.first)} → {num(g.last)} ({num(g.factor)}x)")
+    if ev.largest_input:
+        lines.append(f"single gradient entries reached {num(ev.largest_input)}")
+    fixes = [
+        say.clip_by_value.format(opt=case.opt),
+        "check what scales the loss this much (a loss summed instead of averaged, a loss scale, "
+        "an unnormalised target)",
+    ]
+    lr = case.ctx.lr
+    if lr:
+        fixes.append(say.new_lr.format(opt=case.opt, lr=nice_lr(lr / 4)))
+    return Diagnosis(
+        Cause.EXPLODING_GRADIENTS, 0.85, f"the gradient norm overflowed inside {say.clip_norm_fn}",
+        lines, fixes,
+    )
+
+
+def optimizer_squares_overflowed(case: Case) -> Diagnosis | None:
+    """Finite gradients so large that the optimizer's squares (Adam's ``exp_avg_sq``) overflow."""
+    ev, say = case.ev, case.say
+    if ev.phase != "optimizer" or ev.grads_finite is False:
+        return None
+    big = ev.largest_input
+    gnorm = ev.grad_norm
+    limit = math.sqrt(ev.dtype_max or _FLOAT32_MAX)
+    squares = ev.op_name in ("addcmul", "mul", "pow", "square") and big > limit
+    if not (squares or (gnorm is not None and gnorm > limit)):
+        return None
+    lines = [
+        f"the gradients were finite but reached {num(big or gnorm)}: their squares overflow "
+        f"{ev.dtype or 'float32'} in `{say.opt_call.format(opt=case.opt)}` ({ev.what})",
+    ]
+    if ev.optimizer_state:
+        lines.append("non-finite optimizer state: " + ", ".join(f"`{n}`" for n in ev.optimizer_state[:3]))
+    g = case.trend.grads_long
+    if g is not None and g.factor > 10:
+        lines.append(f"grad norm grew {num(g.factor)}x: {num(g.first)} → {num(g.last)}")
+    return Diagnosis(
+        Cause.EXPLODING_GRADIENTS, 0.85,
+        "the gradients exploded until the optimizer's second moment overflowed",
+        lines, explode_fixes(case),
+    )
+
+
+def _after_step(case: Case) -> list[str]:
+    """What every optimizer-step diagnosis says first: the gradients, and the first bad weights."""
+    ev = case.ev
+    lines = []
+    if ev.grads_finite is not False:
+        gn = case.trend.last_grad_norm
+        lines.append(
+            "all gradients were finite" + (f" (norm {num(gn)})" if gn is not None else "")
+            + f", yet `{case.say.opt_call.format(opt=case.opt)}` made {ev.what}"
+        )
+    if ev.parameters:
+        lines.append("first non-finite after the step: " + ", ".join(f"`{p}`" for p in ev.parameters[:4]))
+    return lines
+
+
+def _zero_eps(case: Case) -> bool:
+    eps = case.ctx.eps
+    return eps is not None and eps <= 1e-30
+
+
+def optimizer_made_nonfinite(case: Case) -> Diagnosis | None:
+    """The optimizer's own arithmetic met a singularity: ``eps=0`` (0/0 where a second moment is
+    0), or a division / square root inside the step."""
+    ev, say = case.ev, case.say
+    if ev.phase != "optimizer":
+        return None
+    zero_eps = _zero_eps(case)
+    sing = None if zero_eps else find_singularity(case)
+    if not zero_eps and (sing is None or ev.op_name not in ("div", "addcdiv", "sqrt", "rsqrt")):
+        return None
+    lines = _after_step(case)
+    if zero_eps:
+        lines.append(f"{case.opt} {say.eps_name}={case.ctx.hyper.get('eps', case.ctx.hyper.get('epsilon'))}: "
+                     "where a gradient's second moment is 0 the update is 0/0")
+    elif sing is not None:
+        lines.append(sing.why)
+    lr = case.ctx.lr
+    return Diagnosis(
+        Cause.OPTIMIZER_STATE, 0.9 if zero_eps else 0.75,
+        f"`{say.opt_call.format(opt=case.opt)}` turned finite gradients into non-finite weights",
+        lines, [say.eps_fix.format(opt=case.opt, lr=num(lr) if lr else "...")],
+    )
+
+
+def optimizer_step_too_large(case: Case) -> Diagnosis | None:
+    """Any other optimizer step that made the weights non-finite: an update too large (±Inf), or
+    the optimizer's state (NaN)."""
+    ev = case.ev
+    if ev.phase != "optimizer":
+        return None
+    lines = _after_step(case)
+    lr = case.ctx.lr
+    if lr is not None:
+        lines.append(f"learning rate {num(lr)}")
+    ratios = case.trend.recent_update_ratios
+    if ratios:
+        lines.append(f"update/weight ratio of the last steps: {num(max(ratios))} (healthy ≈ 1e-3)")
+    return Diagnosis(
+        Cause.LEARNING_RATE_TOO_HIGH if ev.infinite else Cause.OPTIMIZER_STATE,
+        0.6,
+        f"`{case.say.opt_call.format(opt=case.opt)}` turned finite gradients into non-finite weights",
+        lines, lr_fixes(case),
+    )
