@@ -49,14 +49,17 @@ def test_outputs_are_checked_before_the_script_starts(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("")
     for args, says in (
         (["--json", "afile/run.json", "--report", "ok.html"], "afile is a file, not a folder"),
-        (["--json", "nodir/run.json"], "the folder"),
-        (["--report", "nodir/r.html"], "mkdir -p"),
+        (["--report", "afile/sub/r.html"], "cannot create the folder"),
         (["--json", str(tmp_path)], "is a directory"),
     ):
         r = _ng(tmp_path, *args, "train.py")
         assert r.returncode == 2, r.stderr
         assert says in r.stderr and "nothing was run" in r.stderr and "Traceback" not in r.stderr
         assert not (tmp_path / "ran").exists()
+    r = _ng(tmp_path, "--json", "runs/exp1/run.json", "train.py")  # a new folder: created first
+    assert r.returncode == 0 and "created the folder" in r.stderr, r.stderr
+    assert (tmp_path / "runs" / "exp1" / "run.json").exists() and (tmp_path / "ran").exists()
+    (tmp_path / "ran").unlink()
     hide = "import sys\nsys.modules['matplotlib'] = None  # as if it were not installed"
     r = _ng(tmp_path, "--report", "r.html", "train.py", code=hide)
     assert r.returncode == 2 and "--report needs matplotlib" in r.stderr, r.stderr

@@ -45,8 +45,9 @@ def test_warnings_under_a_guard_name_the_users_line() -> None:
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("GradScaler('cuda') warns only where CUDA is missing")
-    import nanguard
     from torch.utils.data import DataLoader, IterableDataset
+
+    import nanguard
 
     model = torch.nn.Linear(2, 1)
     guard = nanguard.attach(model, torch.optim.SGD(model.parameters(), lr=0.1))

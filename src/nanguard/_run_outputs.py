@@ -1,8 +1,9 @@
 """The files ``nanguard run`` writes (``--json``, ``--report``): checked before the script
 starts, written one independently of the other when it ends, and not lost to a second Ctrl-C.
 
-A run can take hours: a typo in an output path, a missing folder or a missing matplotlib must
-stop it at once (exit 2, the script never started), not be found at the end. At the end each
+A run can take hours: an output path that cannot be written or a missing matplotlib must stop
+it at once (exit 2, the script never started), not be found at the end. A missing folder is
+created then, and said so (``--json runs/exp1/log.json``). At the end each
 output is written on its own — a full disk for the run log does not cost the report — and a
 failure is one line that leaves the run's exit status as it was (0 becomes 2).
 """
@@ -10,6 +11,7 @@ failure is one line that leaves the run's exit status as it was (0 becomes 2).
 from __future__ import annotations
 
 import importlib.util
+import os
 import signal
 import sys
 import threading
@@ -24,13 +26,24 @@ _REPORT_NEEDS = "--report needs matplotlib to draw its plots: pip install 'nangu
 
 
 def check_outputs(json_path: str | None, report_path: str | None) -> list[str]:
-    """What is wrong with the outputs a run asked for (empty: nothing), before it starts."""
+    """What is wrong with the outputs a run asked for (empty: nothing), before it starts; the
+    missing folders of the paths are created (and said so on stderr)."""
     problems = []
     for flag, path in (("--json", json_path), ("--report", report_path)):
-        if path:
-            why = check_writable(path)
-            if why:
-                problems.append(f"{flag} {path}: {why}")
+        if not path:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.lexists(folder):
+            try:
+                os.makedirs(folder)
+                print(f"nanguard run: created the folder {folder} for {flag}", file=sys.stderr)
+            except OSError as exc:
+                problems.append(f"{flag} {path}: cannot create the folder {folder}: "
+                                f"{exc.strerror or exc}")
+                continue
+        why = check_writable(path)
+        if why:
+            problems.append(f"{flag} {path}: {why}")
     if json_path and report_path and json_path == report_path:
         problems.append(f"--json and --report are both {json_path}: give them different paths")
     if report_path and not _installed("matplotlib"):
