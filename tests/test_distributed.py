@@ -25,7 +25,7 @@ def _run(tmp_path: Path, policy: str) -> list[dict[str, object]]:
         [sys.executable, str(HERE / "ddp_worker.py"), str(out), policy, str(_free_port())],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((tmp_path / f"ddp.rank{r}.json").read_text()) for r in (0, 1)]

@@ -157,7 +157,7 @@ def test_nanguard_run_writes_report_json_and_tensorboard(tmp_path: Path) -> None
     proc = subprocess.run(
         [*NANGUARD, "run", "--report", str(report), "--json", str(runlog), "--tensorboard",
          str(tb), str(script)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
     )
     assert proc.returncode == 3, proc.stderr
     html = report.read_text()
@@ -185,7 +185,7 @@ def test_report_without_matplotlib_names_the_extra(tmp_path: Path) -> None:
         except ImportError as exc:
             print("ERR", exc)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert "ERR" in out.stdout and "nanguard[report]" in out.stdout, out.stderr
 
 
