@@ -4,8 +4,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-DEMO_STAMP = $(VENV)/.nanguard-demo   # nanguard (numpy, rich) + torch
-DEV_STAMP  = $(VENV)/.nanguard-dev    # + requirements-dev.txt (TensorFlow, Lightning, ...)
+# what is installed: the demo's stamp stands for nanguard (numpy, rich) + torch, the dev stamp
+# for requirements-dev.txt on top (TensorFlow, Lightning, transformers, the test tools)
+DEMO_STAMP = $(VENV)/.nanguard-demo
+DEV_STAMP  = $(VENV)/.nanguard-dev
 
 # --no-compile: pip would byte-compile every file of torch and TensorFlow up front (most of
 # the install time, measured: torch 50 s -> 17 s); Python compiles what is imported, when it is
