@@ -261,8 +261,9 @@ def test_report_command_never_creates_folders_nor_overwrites_by_default(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "run.json"
     src.write_text(json.dumps(_doc()))
-    assert cli_main(["report", str(src), "-o", "/nonexistent_dir/r.html"]) == 2
-    assert "does not exist" in capsys.readouterr().err and not os.path.exists("/nonexistent_dir")
+    missing = tmp_path / "nonexistent_dir"
+    assert cli_main(["report", str(src), "-o", str(missing / "r.html")]) == 2
+    assert "does not exist" in capsys.readouterr().err and not missing.exists()
     (tmp_path / "run.html").write_text("the --report of the run")
     assert cli_main(["report", str(src)]) == 2  # the default name would overwrite it
     assert "already exists" in capsys.readouterr().err
