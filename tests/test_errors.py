@@ -7,11 +7,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 import nanguard
 from nanguard import Cause, GiveUpError, NonFiniteError
+from nanguard.cli import main as cli_main
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
@@ -75,3 +77,22 @@ def test_a_demo_without_its_framework_says_what_to_install(
                           timeout=600, env=ENV)
     assert proc.returncode == 2, proc.stderr
     assert says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_bad_command_lines_get_the_run_commands_own_messages(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli_main(["run", "--bogus", "x.py"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "usage: nanguard run" in err
+    assert "nanguard run: error: unrecognized arguments: --bogus" in err
+    with pytest.raises(SystemExit):
+        cli_main(["run"])
+    err = capsys.readouterr().err
+    assert "the script to run is missing" in err and "required: script, args" not in err
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__main__.py").write_text("")
+    assert cli_main(["run", str(tmp_path / "pkg")]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory, not a Python script" in err and "__main__.py" in err
+    assert "no such file" not in err

@@ -12,10 +12,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
-
-from nanguard.cli import main as cli_main
-
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 ROOT = Path(__file__).resolve().parents[1]
 HANG_S = 600  # a hang guard only: these runs take seconds
@@ -150,25 +146,6 @@ def test_file_is_absolute_as_under_python(tmp_path: Path) -> None:
     guarded = _ng(tmp_path, "train.py")
     assert guarded.returncode == plain.returncode == 0, guarded.stderr
     assert guarded.stdout == plain.stdout == "True True\n"
-
-
-def test_bad_command_lines_get_the_run_commands_own_messages(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        cli_main(["run", "--bogus", "x.py"])
-    err = capsys.readouterr().err
-    assert info.value.code == 2 and "usage: nanguard run" in err
-    assert "nanguard run: error: unrecognized arguments: --bogus" in err
-    with pytest.raises(SystemExit):
-        cli_main(["run"])
-    err = capsys.readouterr().err
-    assert "the script to run is missing" in err and "required: script, args" not in err
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "__main__.py").write_text("")
-    assert cli_main(["run", str(tmp_path / "pkg")]) == 2
-    err = capsys.readouterr().err
-    assert "is a directory, not a Python script" in err and "__main__.py" in err
-    assert "no such file" not in err
 
 
 # --- what the terminal says matches the run log -------------------------------------------------
