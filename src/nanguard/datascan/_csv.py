@@ -22,7 +22,7 @@ import csv
 import io
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import IO, Any, NamedTuple
 
 import numpy as np
@@ -144,23 +144,28 @@ def _header_names(head: bytes, delimiter: str) -> list[str]:
 
 
 class _Cells(NamedTuple):
-    """The text cells of one piece, flattened: ``row_major`` (Python's csv) or by column
-    (arrow)."""
+    """The text cells of one piece (or of a group of its columns), column after column:
+    ``cells[j * n + r]`` is row ``r`` of column ``j0 + j``."""
 
     n: int
     k: int
-    cells: Any  # pyarrow StringArray of n × k cells
-    row_major: bool
-
-    def position(self, r: int, j: int) -> int:
-        return r * self.k + j if self.row_major else j * self.n + r
+    cells: Any  # a pyarrow (chunked) string array of n × k cells
+    j0: int = 0
 
     def raw(self, r: int, j: int) -> str:
-        return repr(self.cells[self.position(r, j)].as_py())
+        return repr(self.cells[j * self.n + r].as_py())
+
+    def groups(self) -> Iterator[_Cells]:
+        """Groups of whole columns of at most :data:`_SLICE` cells (one column at least): the
+        temporaries of the checks stay bounded, and a wide piece is still one group."""
+        per = max(1, _SLICE // max(1, self.n))
+        for j0 in range(0, self.k, per):
+            k = min(per, self.k - j0)
+            yield _Cells(self.n, k, self.cells.slice(j0 * self.n, k * self.n), self.j0 + j0)
 
     def grid(self, flat: np.ndarray) -> np.ndarray:
         """A flat per-cell array as ``rows × columns``."""
-        return flat.reshape(self.n, self.k) if self.row_major else flat.reshape(self.k, self.n).T
+        return flat.reshape(self.k, self.n).T
 
 
 def _parse_arrow(piece: bytes | memoryview, names: list[str], delimiter: str, row0: int) -> _Cells:
@@ -187,10 +192,9 @@ def _parse_arrow(piece: bytes | memoryview, names: list[str], delimiter: str, ro
             table = read(len(piece) + 1)  # a record longer than arrow's block: one block
     except pa.ArrowInvalid as exc:
         raise ScanError(f"not a well-formed CSV after data row {row0}: {exc}") from None
+    # the columns one after the other, without a copy (the chunks stay the table's)
     chunks = [ch for column in table.columns for ch in column.chunks]
-    cells = pa.chunked_array(chunks, type=pa.string()).combine_chunks() if chunks else \
-        pa.array([], pa.string())
-    return _Cells(table.num_rows, len(names), cells, row_major=False)
+    return _Cells(table.num_rows, len(names), pa.chunked_array(chunks, type=pa.string()))
 
 
 def _parse_python(piece: bytes | memoryview, k: int, delimiter: str, row0: int) -> _Cells:
@@ -199,8 +203,7 @@ def _parse_python(piece: bytes | memoryview, k: int, delimiter: str, row0: int) 
         text = bytes(piece).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ScanError(f"not UTF-8 text after data row {row0}: {exc}") from None
-    flat: list[str] = []
-    n = 0
+    rows: list[list[str]] = []
     old = csv.field_size_limit()
     csv.field_size_limit(max(old, len(text) + 1))  # one cell may be the whole piece
     try:
@@ -208,20 +211,24 @@ def _parse_python(piece: bytes | memoryview, k: int, delimiter: str, row0: int) 
             if not row:
                 continue  # an empty line, skipped as arrow skips it
             if len(row) != k:
-                raise ScanError(f"not a well-formed CSV: data row {row0 + n} has {len(row)} "
-                                 f"fields, the header {k}")
-            flat.extend(row)
-            n += 1
+                raise ScanError(f"not a well-formed CSV: data row {row0 + len(rows)} has "
+                                 f"{len(row)} fields, the header {k}")
+            rows.append(row)
     except csv.Error as exc:
-        raise ScanError(f"not a well-formed CSV after data row {row0 + n}: {exc}") from None
+        raise ScanError(f"not a well-formed CSV after data row {row0 + len(rows)}: {exc}") from None
     finally:
         csv.field_size_limit(old)
-    return _Cells(n, k, pa.array(flat, pa.string()), row_major=True)
+    by_column = [row[j] for j in range(k) for row in rows]
+    return _Cells(len(rows), k, pa.array(by_column, pa.string()))
+
+
+#: cells classified by one set of compute calls: bounds the temporary copies of the text
+_SLICE = 1 << 17
 
 
 def _classify(c: _Cells) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(values, missing, text)``, each ``rows × columns``: the number in each cell (0 where
-    there is none), and the masks of missing and non-numeric cells."""
+    """``(values, missing, text)`` of a group, each ``rows × columns``: the number in each
+    cell (0 where there is none), and the masks of missing and non-numeric cells."""
     pa = _pyarrow()
     import pyarrow.compute as pc
 
@@ -255,35 +262,41 @@ class _Columns:
         self._kept = 0
 
     def feed(self, row0: int, cells: _Cells) -> None:
-        values, miss, text = _classify(cells)
-        n = cells.n
-        before = self.numeric > 0
-        self.numeric += n - miss.sum(axis=0) - text.sum(axis=0)
-        now = self.numeric > 0
+        for group in cells.groups():
+            self._feed_group(row0, group)
+
+    def _feed_group(self, row0: int, g: _Cells) -> None:
+        values, miss, text = _classify(g)
+        j0, j1 = g.j0, g.j0 + g.k
+        before = self.numeric[j0:j1] > 0
+        self.numeric[j0:j1] += g.n - miss.sum(axis=0) - text.sum(axis=0)
+        now = self.numeric[j0:j1] > 0
         still = np.flatnonzero(~now)
         if still.size:
-            self._hold(still, miss, text, row0, cells.raw)
-        pending = (self.pend_text > 0) | (self.pend_missing > 0)
+            self._hold(still, miss, text, row0, g)
+        pending = (self.pend_text[j0:j1] > 0) | (self.pend_missing[j0:j1] > 0)
         for j in np.flatnonzero(now & ~before & pending).tolist():
-            self._flush(j)
+            self._flush(j0 + j)
         fed = np.flatnonzero(now)
         if not fed.size:
             return
-        if fed.size == cells.k:
-            self.col.feed(self.cols, values, missing=miss, text=text, raw=cells.raw)
+        if fed.size == g.k:
+            self.col.feed(self.cols[j0:j1], values, missing=miss, text=text, raw=g.raw)
             return
         idx = fed.tolist()
-        self.col.feed([self.cols[j] for j in idx], values[:, fed], missing=miss[:, fed],
-                      text=text[:, fed], raw=lambda r, j: cells.raw(r, idx[j]))
+        self.col.feed([self.cols[j0 + j] for j in idx], values[:, fed], missing=miss[:, fed],
+                      text=text[:, fed], raw=lambda r, j: g.raw(r, idx[j]))
 
     def _hold(self, still: np.ndarray, miss: np.ndarray, text: np.ndarray, row0: int,
-              raw: Callable[[int, int], str]) -> None:
+              g: _Cells) -> None:
+        """Columns ``g.j0 + still`` have no number yet: their missing and text cells aside."""
         n = miss.shape[0]
         m, t = miss[:, still], text[:, still]
-        self.pend_missing[still] += m.sum(axis=0)
-        self.pend_text[still] += t.sum(axis=0)
+        self.pend_missing[g.j0 + still] += m.sum(axis=0)
+        self.pend_text[g.j0 + still] += t.sum(axis=0)
         limit = self.col.max_rows
-        for i, j in enumerate(still.tolist()):
+        for i, jj in enumerate(still.tolist()):
+            j = g.j0 + jj
             self.cols[j].count += n
             kept = self.pend_cells.get(j, [])
             if len(kept) >= limit or self._kept >= _PENDING_CELLS:
@@ -293,7 +306,7 @@ class _Columns:
                 self.pend_cells[j] = kept
             for r in bad[: limit - len(kept)].tolist():
                 kind = "text" if t[r, i] else "missing"
-                kept.append((row0 + r, BadCell(self.cols[j].name, kind, raw(r, j))))
+                kept.append((row0 + r, BadCell(self.cols[j].name, kind, g.raw(r, jj))))
                 self._kept += 1
 
     def _flush(self, j: int) -> None:
@@ -347,6 +360,7 @@ def scan_csv(
             columns.feed(row0, cells)
             col.end()
             row0 += cells.n
+            del cells  # before the next piece is parsed: one piece's table at a time
             pos = raw_file.tell()  # bytes of the file read so far (compressed, if it is)
             bar.advance(pos - done)
             done = pos
