@@ -53,7 +53,7 @@ def print_stop(console: Console, err: NonFiniteError, events: Sequence[tuple[Fin
         return
     if isinstance(err, GiveUpError):
         head = (f"nanguard gave up at step {err.finding.step} (policy {policy}): "
-                f"{err.reason or 'too many non-finite steps'}; before that:")
+                f"{err.reason or 'too many non-finite steps'}:")
     else:
         head = (f"nanguard: before step {err.finding.step}, the run met non-finite values at "
                 f"{len(earlier)} step{'s' if len(earlier) != 1 else ''} (policy {policy}):")
