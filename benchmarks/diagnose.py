@@ -34,7 +34,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 SCENARIOS_DIR = HERE / "scenarios"
 REPO = HERE.parent
-TIMEOUT_S = 120
+TIMEOUT_S = 600  # a hang guard: a scenario takes seconds, more on a busy machine
 JOBS = 2
 EXIT_NONFINITE = 3
 CHECKS = ("detected", "cause", "op", "module", "phase")

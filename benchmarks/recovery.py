@@ -44,7 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import diagnose
 
-TIMEOUT_S = 180
+TIMEOUT_S = 600  # a hang guard: a run takes seconds, more on a busy machine
 JOBS = 2
 POLICIES = ("recover", "skip")
 EXIT_OK, EXIT_NONFINITE = 0, 3

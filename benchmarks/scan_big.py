@@ -58,7 +58,7 @@ def measure(path: str) -> dict[str, float]:
             with open("/proc/self/status") as fh:
                 return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM"))
 
-        import numpy, pyarrow, nanguard, nanguard.datascan._tabular
+        import numpy, pyarrow, nanguard, nanguard.datascan._csv
         base = hwm()
         t = time.perf_counter()
         r = nanguard.scan({path!r})

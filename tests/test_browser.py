@@ -1,8 +1,9 @@
 """The HTML report in a real browser: headless Chromium renders the seed demo's report.
 
-Chromium is Debian's ``chromium`` package (``.ci/run`` installs it). Where it is missing, the
-test installs it with apt-get when it runs as root, and skips — saying why — only where that is
-impossible (not root, no apt-get, or the install fails).
+Chromium is Debian's ``chromium`` package (``.ci/run`` installs it, and says so). Where it is
+missing, the test installs it with apt-get when it runs as root — saying so on the terminal
+before it starts, also under ``pytest -q`` — unless ``NANGUARD_NO_APT=1``; it skips, saying why,
+where that is impossible (not root, no apt-get, or the install fails).
 """
 
 from __future__ import annotations
@@ -35,14 +36,25 @@ def _find() -> str | None:
     return None
 
 
+def _say(request: pytest.FixtureRequest, text: str) -> None:
+    """A line on the terminal even while pytest captures output."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled():
+        print(f"\n{text}", file=sys.stderr, flush=True)
+
+
 @pytest.fixture(scope="module")
-def chromium() -> str:
+def chromium(request: pytest.FixtureRequest) -> str:
     path = _find()
     if path:
         return path
+    if os.environ.get("NANGUARD_NO_APT") == "1":
+        pytest.skip("chromium is not installed and NANGUARD_NO_APT=1: apt-get install -y chromium")
     if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("apt-get"):
         pytest.skip("chromium is not installed and cannot be installed here (needs root and "
                     "apt-get): apt-get install -y chromium")
+    _say(request, "test_browser: installing the system package 'chromium' with apt-get (as root) "
+                  "for the browser test; NANGUARD_NO_APT=1 skips the test instead")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends",
                                          "chromium"]):
@@ -59,7 +71,7 @@ def chromium() -> str:
 def _browser(chromium: str, *args: str) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory() as profile:
         return subprocess.run([chromium, *FLAGS, f"--user-data-dir={profile}", *args],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +82,7 @@ def seed_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     script.write_text("from nanguard.demos.seed_torch import train\n\ntrain(4.0)\n")
     report = d / "report.html"
     proc = subprocess.run([sys.executable, "-m", "nanguard", "run", "--report", str(report),
-                           str(script)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                           str(script)], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 3, proc.stderr
     return report
 

@@ -9,7 +9,7 @@ import textwrap
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=600)
 
 
 def test_core_and_cli_import_without_any_framework() -> None:

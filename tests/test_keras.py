@@ -580,7 +580,7 @@ def _run(tmp_path: Path, body: str, *args: str) -> subprocess.CompletedProcess[s
     (tmp_path / "train.py").write_text(textwrap.dedent(body))
     return subprocess.run(
         [sys.executable, "-m", "nanguard", "run", *args, "--json", "log.json", "train.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=180, env=ENV,
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=ENV,
     )
 
 
@@ -637,7 +637,7 @@ def test_keras_adapter_needs_no_torch_and_core_needs_no_tensorflow() -> None:
         print("keras ok")
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=ENV)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=ENV)
     assert proc.returncode == 0 and "keras ok" in proc.stdout, proc.stderr[-2000:]
     code = textwrap.dedent(
         """
@@ -651,5 +651,5 @@ def test_keras_adapter_needs_no_torch_and_core_needs_no_tensorflow() -> None:
             print("no tf:", isinstance(exc, ImportError))
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=ENV)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=ENV)
     assert proc.returncode == 0 and "no tf: True" in proc.stdout, proc.stderr[-2000:]

@@ -127,6 +127,7 @@ def test_write_report_from_a_runlog_object_of_the_seed_demo(tmp_path: Path) -> N
         hist.append(StepRecord(step=i, loss=loss, grad_norm=g, param_norm=22.5 * 10**i, lr=4.0))
     log = RunLog(status="nonfinite", steps=4, script="seed.py", events=[(err.finding, err.diagnosis)],
                  history=hist, exit_code=3)
+    (tmp_path / "sub").mkdir()
     out = tmp_path / "sub" / "report.html"
     write_report(log, str(out))
     html = out.read_text()
@@ -156,7 +157,7 @@ def test_nanguard_run_writes_report_json_and_tensorboard(tmp_path: Path) -> None
     proc = subprocess.run(
         [*NANGUARD, "run", "--report", str(report), "--json", str(runlog), "--tensorboard",
          str(tb), str(script)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
     )
     assert proc.returncode == 3, proc.stderr
     html = report.read_text()
@@ -184,7 +185,7 @@ def test_report_without_matplotlib_names_the_extra(tmp_path: Path) -> None:
         except ImportError as exc:
             print("ERR", exc)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert "ERR" in out.stdout and "nanguard[report]" in out.stdout, out.stderr
 
 
@@ -232,3 +233,122 @@ def test_report_file_is_written_atomically(tmp_path: Path) -> None:
     write_report(_doc(), str(out))
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".nanguard-")]
     assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+# --- edges: bad run logs, output paths, later events, odd names, narrow terminals ---------------
+
+
+def test_report_command_refuses_what_is_not_a_run_log_with_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cases = {
+        "list.json": ("[1, 2]", "holds a JSON list"),
+        "types.json": (json.dumps({"schema": 1, "steps": "3", "events": "x"}),
+                       "run log.steps should be an integer"),
+        "event.json": (json.dumps({**_doc(), "events": [{**_doc()["events"][0], "step": "20"}]}),
+                       "events[0].step should be an integer or null"),
+    }
+    for name, (text, says) in cases.items():
+        (tmp_path / name).write_text(text)
+        assert cli_main(["report", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    (tmp_path / "dir.json").mkdir()
+    assert cli_main(["report", str(tmp_path / "dir.json")]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_report_command_never_creates_folders_nor_overwrites_by_default(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "run.json"
+    src.write_text(json.dumps(_doc()))
+    missing = tmp_path / "nonexistent_dir"
+    assert cli_main(["report", str(src), "-o", str(missing / "r.html")]) == 2
+    assert "does not exist" in capsys.readouterr().err and not missing.exists()
+    (tmp_path / "run.html").write_text("the --report of the run")
+    assert cli_main(["report", str(src)]) == 2  # the default name would overwrite it
+    assert "already exists" in capsys.readouterr().err
+    assert (tmp_path / "run.html").read_text() == "the --report of the run"
+    assert cli_main(["report", str(src), "-o", str(tmp_path / "run.html")]) == 0  # asked for
+    assert "<svg" in (tmp_path / "run.html").read_text()
+    with pytest.raises(FileNotFoundError):
+        write_report(_doc(), str(tmp_path / "missing" / "r.html"))
+
+
+def test_later_events_are_not_the_first_and_outside_a_module_says_so() -> None:
+    first = _doc()["events"][0]
+    later = {**first, "step": 25, "op": "aten.div.Tensor", "module": None, "module_type": None}
+    html = render_report(_doc(events=[first, later]))
+    assert "the first non-finite value was made in the forward pass at step 20" in html
+    assert "a non-finite value was made in the forward pass at step 25" in html
+    assert "the first non-finite value was made in the forward pass at step 25" not in html
+    assert "<code>aten.div.Tensor</code> (outside any module)" in html
+    assert "in <code></code>" not in html and "in <code>None</code>" not in html
+
+
+def test_a_layer_name_with_dollar_and_backslash_is_drawn_as_written() -> None:
+    hist = _history()
+    for rec in hist[-5:]:
+        rec["layer_grad_norms"] = {r"$\alpha.weight": 1.0, "plain.weight": 2.0}
+    html = render_report(_doc(history=hist))
+    assert r"$\alpha.weight" in html
+    assert r"\\alpha" not in html
+
+
+def test_the_fix_wraps_on_a_narrow_terminal() -> None:
+    from rich.console import Console
+
+    from nanguard.core import Cause, Diagnosis, Finding
+    from nanguard.core.render import finding_panel
+
+    fix = ("optimizer = torch.optim.SGD(model.parameters(), lr=1)  # was 4: the update was "
+           "as large as the weights")
+    f = Finding(phase="forward", op="aten.addmm.default", module="fc2", module_type="Linear",
+                step=4, dtype="float32", shape=(64, 64), posinf=58)
+    d = Diagnosis(Cause.LEARNING_RATE_TOO_HIGH, 0.85, "updates too large", ["the weights grew"], [fix])
+    buf = io.StringIO()
+    Console(file=buf, width=60, color_system=None).print(finding_panel(f, d))
+    out = buf.getvalue()
+    assert max(len(line) for line in out.splitlines()) <= 60
+    for word in fix.split():
+        assert word in out, word  # wrapped, not cut off
+
+
+def _events(path: Path) -> list[Any]:
+    """The records of a TensorBoard event file (uint64 length, uint32 CRC, data, uint32 CRC)."""
+    import struct
+
+    from tensorboard.compat.proto import event_pb2
+
+    data, out, pos = path.read_bytes(), [], 0
+    while pos < len(data):
+        (n,) = struct.unpack("<Q", data[pos : pos + 8])
+        out.append(event_pb2.Event.FromString(data[pos + 12 : pos + 12 + n]))
+        pos += 12 + n + 4
+    return out
+
+
+def test_tensorboard_logging_imports_no_tensorflow(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    code = textwrap.dedent(f"""
+        import sys
+        from nanguard.core.history import StepRecord
+        from nanguard.integrations.tensorboard import TensorBoardLogger
+        tb = TensorBoardLogger({str(tmp_path / "tb")!r})
+        for i in range(3):
+            tb.log_step(StepRecord(step=i, loss=1.0 / (i + 1), grad_norm=2.0, lr=0.1))
+        tb.writer.add_text("nanguard/finding", "log(0) in fc2", 2)
+        tb.close()
+        print("tensorflow" in sys.modules, "torch" in sys.modules)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False"]  # neither TensorFlow nor torch imported
+    (path,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    events = _events(path)
+    assert events[0].file_version == "brain.Event:2"
+    loss = [(e.step, e.summary.value[0].simple_value) for e in events
+            if e.summary.value and e.summary.value[0].tag == "nanguard/loss"]
+    assert loss == [(0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3))]
+    text = [e for e in events if e.summary.value and e.summary.value[0].tag.endswith("text_summary")]
+    assert text[0].summary.value[0].tensor.string_val == [b"log(0) in fc2"]
+    assert text[0].summary.value[0].metadata.plugin_data.plugin_name == "text"

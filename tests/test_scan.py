@@ -14,7 +14,7 @@ import pytest
 
 import nanguard
 from nanguard.cli import main as cli_main
-from nanguard.datascan import ScanReport
+from nanguard.datascan import ScanError, ScanReport
 
 pa = pytest.importorskip("pyarrow")
 
@@ -180,7 +180,7 @@ def test_pt_checkpoint_loaded_safely(tmp_path: Path) -> None:
                 return (os.system, ("touch {marker}",))
         torch.save({{"x": Evil()}}, {str(evil)!r})
     """)
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
     with pytest.raises(ValueError, match=r"holds Python objects beyond tensors .* never runs code"):
         nanguard.scan(evil)
     assert not marker.exists()
@@ -310,11 +310,160 @@ def test_a_file_larger_than_1gb_streams_in_bounded_memory(tmp_path: Path) -> Non
                           "cells": [(b.index, c.column, c.kind) for b in r.bad_rows
                                     for c in b.cells], "rows": r.rows}}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["rows"] == rows
     assert [tuple(c) for c in res["cells"]] == [(3_000_123, "[:, 5]", "nan"),
                                                 (4_299_999, "[:, 63]", "+inf")]
-    assert res["growth_mb"] < 200, res  # measured: ~35 MB for 1.1 GB
-    assert res["seconds"] < 60, res
+    assert res["growth_mb"] < 200, res  # measured: ~35 MB for 1.1 GB (time is not asserted:
+    # it depends on the machine's load; benchmarks/scan_big.py measures it)
+
+
+# --- bad files, bad options, wide files ---------------------------------------------------------
+
+
+def _bad_files(d: Path) -> list[Path]:
+    """One file of each kind that cannot be read, named by its claimed format."""
+    rng = np.random.default_rng(0)
+    noise = rng.integers(0, 256, 3000, dtype=np.uint8).tobytes()
+    whole = gzip.compress(b"a,b\n" + b"1,2\n" * 20000)
+    files = {
+        "empty.npz": b"", "corrupt.npz": b"PK\x03\x04" + noise[:200], "empty.pt": b"",
+        "random.pt": noise[:1000], "empty.safetensors": b"", "corrupt.safetensors": noise[:100],
+        "empty.csv.gz": b"", "truncated.csv.gz": whole[: len(whole) // 2],
+        "binary.csv": b"a,b\n" + noise, "bad.npy": b"\x93NUMPY garbage",
+    }
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    return [d / name for name in files]
+
+
+def test_unreadable_files_are_one_line_each_and_the_others_are_still_scanned(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = _bad_files(tmp_path)
+    good = tmp_path / "train.csv"
+    good.write_text("a,b\n1,2\n3,nan\n")
+    paths = [str(p) for p in bad[:5]] + [str(good)] + [str(p) for p in bad[5:]]
+    assert cli_main(["scan", *paths]) == 3  # the NaN in train.csv: found outranks unreadable
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "train.csv: CSV, 2 rows" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == len(bad), err
+    for p, line in zip(bad, lines):
+        assert line.startswith(f"nanguard scan: {p}: "), line
+    assert "it ends too early" in err and "binary data" in err and "empty file (0 bytes)" in err
+    assert cli_main(["scan", *map(str, bad)]) == 2  # documented: 2 for unreadable
+    capsys.readouterr()
+    assert cli_main(["scan", "--json", *paths]) == 3
+    out, err = capsys.readouterr()
+    docs = json.loads(out)
+    assert [d["source"] for d in docs] == paths
+    assert [bool(d.get("error")) for d in docs] == [p != str(good) for p in paths]
+    assert docs[5]["found"] is True and all(d["found"] is None for d in docs if "error" in d)
+    for p in bad:
+        with pytest.raises((ValueError, OSError, ImportError)):
+            nanguard.scan(p)
+
+
+def test_random_bytes_in_a_pt_file_are_not_called_a_pickled_model(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    p = tmp_path / "random.pt"
+    p.write_bytes(b"\x80\x02" + bytes(range(256)) * 4)  # starts like a pickle, is not one
+    with pytest.raises(ScanError, match="not a readable PyTorch file") as info:
+        nanguard.scan(p)
+    assert "pickled model" not in str(info.value)
+    (tmp_path / "noise.pt").write_bytes(bytes(range(255, 0, -1)) * 4)
+    with pytest.raises(ScanError, match="neither a zip archive nor a pickle"):
+        nanguard.scan(tmp_path / "noise.pt")
+
+
+def test_an_npz_with_an_object_member_is_not_called_clean(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "mixed.npz"
+    np.savez(p, meta=np.array([{"a": 1}], dtype=object), x=np.ones(3))
+    r = nanguard.scan(p)
+    assert not r.found and not r.complete and not r.clean and r.unchecked == ["meta"]
+    assert "not all checked" in str(r) and "clean" not in str(r)
+    assert r.to_dict()["complete"] is False
+    assert cli_main(["scan", str(p)]) == 2
+    capsys.readouterr()
+
+
+def test_a_cell_longer_than_arrows_block_is_read(tmp_path: Path) -> None:
+    p = tmp_path / "long.csv"
+    p.write_text("x,note\n1," + "a" * (12 << 20) + "\n2,short\nnan,z\n")  # 3 arrow blocks
+    r = nanguard.scan(p)
+    assert r.rows == 3 and _cells(r) == [(2, "x", "nan")]
+    assert next(c for c in r.columns if c.name == "note").skipped == "text column"
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--chunk-mb", "inf", "megabytes read per chunk"), ("--chunk-mb", "-5", "megabytes"),
+    ("--chunk-mb", "nan", "megabytes"), ("--max-rows", "-1", "0 or more"),
+    ("--max-rows", "x", "whole number"),
+])
+def test_scan_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  option: str, value: str, says: str) -> None:
+    (tmp_path / "a.csv").write_text("a\n1\n")
+    with pytest.raises(SystemExit) as info:
+        cli_main(["scan", option, value, str(tmp_path / "a.csv")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: {value!r}" in err and says in err and "Traceback" not in err
+
+
+def _wide_csv(path: Path, cols: int, rows: int = 2) -> None:
+    rng = np.random.default_rng(0)
+    body = [",".join(f"c{j % 1000}" for j in range(cols))]  # repeated names: made unique
+    for r in range(rows):
+        vals = [f"{v:.4f}" for v in rng.standard_normal(cols)]
+        if r == rows - 1:
+            vals[-1], vals[cols // 2] = "nan", ""
+        body.append(",".join(vals))
+    path.write_text("\n".join(body) + "\n")
+
+
+@pytest.mark.parametrize("cols", [3000, 20_000])  # arrow's parser, then Python's (WIDE columns)
+def test_a_wide_csv_costs_a_few_vectorised_passes_not_one_per_column(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cols: int) -> None:
+    """Linear time in cells: the per-cell work runs once per piece over all its cells, so the
+    number of arrow compute calls does not grow with the columns (it was ~10 per column)."""
+    import pyarrow.compute as pc
+
+    calls = []
+    trim = pc.utf8_trim_whitespace
+    monkeypatch.setattr(pc, "utf8_trim_whitespace", lambda *a, **k: calls.append(1) or trim(*a, **k))
+    p = tmp_path / "wide.csv"
+    _wide_csv(p, cols)
+    r = nanguard.scan(p)
+    assert len(calls) == 1  # one piece
+    assert r.rows == 2 and len(r.columns) == cols and len({c.name for c in r.columns}) == cols
+    assert _cells(r) == [(1, f"c{(cols // 2) % 1000}#{cols // 2}", "missing"),
+                         (1, f"c{(cols - 1) % 1000}#{cols - 1}", "nan")]
+
+
+def test_python_and_arrow_csv_parsers_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nanguard.datascan import _csv
+
+    p = tmp_path / "train.csv"
+    p.write_text(CSV)
+    q = tmp_path / "eu.csv"
+    q.write_text("a;b;c\n1;2;3\n\n4;nan;6\n7;8;inf\n")
+
+    def reports() -> list[dict[str, object]]:
+        out = []
+        for path, chunk in ((p, 1 << 20), (p, 1024), (q, 1024)):
+            d = nanguard.scan(path, chunk_bytes=chunk).to_dict()
+            d.pop("seconds")
+            out.append(d)
+        return out
+
+    arrow = reports()
+    monkeypatch.setattr(_csv, "_SLICE", 3)  # columns checked in groups of 3 cells' worth
+    assert reports() == arrow
+    monkeypatch.setattr(_csv, "WIDE", 1)  # and parsed by Python's csv module
+    assert reports() == arrow
+    (tmp_path / "ragged.csv").write_text("a,b\n1,2\n3\n")
+    with pytest.raises(ScanError, match="data row 1 has 1 fields, the header 2"):
+        nanguard.scan(tmp_path / "ragged.csv")

@@ -19,8 +19,8 @@ from .core import Cause, Diagnosis, Finding, GiveUpError, NonFiniteError, diagno
 
 if TYPE_CHECKING:
     from .datascan import scan
+    from .torch import locate
     from .torch.guard import Guard, attach
-    from .torch.locator import locate
 
 __all__ = [
     "Cause",
@@ -40,7 +40,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # torch is imported only when a torch entry point is used, so Keras users need no torch
     if name == "locate":
-        from .torch.locator import locate
+        from .torch import locate
 
         return locate
     if name in ("attach", "Guard"):

@@ -8,7 +8,9 @@ PyTorch script never loads TensorFlow and the other way round.
 Exit status: the script's own when it ends (healthy or recovered); **3** when it stopped on a
 non-finite value (also when the NaN made the script fail in its own way, e.g. in
 ``torch.multinomial``); 1 for an unrelated exception (its traceback is printed as Python would);
-2 for a missing script or bad arguments; 130 on Ctrl-C.
+2 for a missing script, bad arguments or an output that cannot be written (checked before the
+script starts; at the end, a failed output turns a 0 into 2 and leaves any other status);
+130 on Ctrl-C, 143 on SIGTERM (as a shell reports a process killed by it).
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .core.errors import GiveUpError, NonFiniteError
-from .core.runlog import RunLog, rank_from_env, rank_path
+from .core.errors import NonFiniteError
+from .core.ranks import rank_from_env, rank_path
+from .core.runlog import RunLog
 
 __all__ = ["EXIT_NONFINITE", "RunOptions", "run_script"]
 
 EXIT_NONFINITE = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM: what schedulers (Slurm, Kubernetes) expect
 
 
 class Session(Protocol):
@@ -118,20 +123,32 @@ def _user_traceback(exc: BaseException, script: str) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
 
 
-def _print_finding(err: NonFiniteError, stream: Any) -> None:
-    from .core.console import make_console, print_finding
+def _print_stop(err: NonFiniteError, log: RunLog, policy: str, stream: Any) -> None:
+    from .core.console import make_console, print_stop
 
-    print_finding(make_console(stream), err.finding, err.diagnosis)
-    if isinstance(err, GiveUpError):  # the first event is above; what was tried, and why it stopped
-        print(f"nanguard gave up: {err.reason}", file=stream)
-        for line in err.attempts:
-            print(f"  {line}", file=stream)
+    print_stop(make_console(stream), err, log.events, log.recoveries, log.steps, policy)
+
+
+def _not_runnable(script: str, opts: RunOptions) -> str | None:
+    """Why the run cannot start (a missing script, an output that cannot be written)."""
+    if os.path.isdir(script):
+        main = os.path.join(script, "__main__.py")
+        hint = f" (python would run its __main__.py: nanguard run {main})" if os.path.isfile(main) \
+            else ""
+        return f"{script} is a directory, not a Python script: name the script to run{hint}"
+    if not os.path.isfile(script):
+        return f"no such file: {script}"
+    from ._run_outputs import check_outputs
+
+    problems = check_outputs(opts.json_path, opts.report_path)
+    return "\nnanguard run: ".join(problems) + " (nothing was run)" if problems else None
 
 
 def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
     """Run ``script`` with ``args`` under nanguard; return the exit status."""
-    if not os.path.isfile(script):
-        print(f"nanguard run: no such file: {script}", file=sys.stderr)
+    problem = _not_runnable(script, opts)
+    if problem:
+        print(f"nanguard run: {problem}", file=sys.stderr)
         return 2
     try:
         with open(script, "rb") as fh:
@@ -196,8 +213,10 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
     script_dir = os.path.dirname(os.path.abspath(script))
     sys.path.insert(0, script_dir)
     old_term = signal.getsignal(signal.SIGTERM)
+    terminated: list[int] = []
 
     def _term(signum: int, frame: Any) -> None:
+        terminated.append(signum)
         raise KeyboardInterrupt("SIGTERM")
 
     if old_term in (signal.SIG_DFL, None):
@@ -208,7 +227,8 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
     swallow_note: str | None = None
     err_to_print: NonFiniteError | None = None
     try:
-        runpy.run_path(script, run_name="__main__")
+        # an absolute __file__, as `python script.py` gives since Python 3.9
+        runpy.run_path(os.path.abspath(script), run_name="__main__")
         log.status = "ok"
     except NonFiniteError as err:
         err_to_print = _complete(err, sessions)
@@ -221,8 +241,9 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
             print(exc.code, file=sys.stderr)
     except KeyboardInterrupt:
         log.status = "interrupted"
-        status = 130
-        print("nanguard run: interrupted", file=sys.stderr)
+        status = EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        print("nanguard run: terminated (SIGTERM)" if terminated else "nanguard run: interrupted",
+              file=sys.stderr)
     except BaseException as exc:
         explained = None
         for s in sessions:
@@ -252,6 +273,9 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
         if signal.getsignal(signal.SIGTERM) is _term:
             signal.signal(signal.SIGTERM, old_term)
         log.duration_s = time.perf_counter() - t0
+        from ._run_outputs import OutputShield, write_outputs
+
+        shield = OutputShield().start()  # from here on a second Ctrl-C must not cost the outputs
         # a session that saw training steps speaks for the run (both frameworks may be imported)
         for s in sorted(sessions, key=lambda s: bool(s.steps or s.events)):
             log.framework = s.framework
@@ -280,7 +304,7 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
             log.notes.append(stop_note)
         if err_to_print is not None:
             sys.stdout.flush()
-            _print_finding(err_to_print, sys.stderr)
+            _print_stop(err_to_print, log, opts.policy, sys.stderr)
             for note in (stop_note, swallow_note):
                 if note:
                     print(f"nanguard: {note}", file=sys.stderr)
@@ -293,12 +317,18 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
                 print(text + ("" if opts.json_path or opts.report_path else
                               "\n  the run log: nanguard run --json PATH (or --report PATH)"),
                       file=sys.stderr)
-        if opts.json_path:
-            log.write(rank_path(opts.json_path, log.rank))
-        if opts.report_path:
-            from .core.report_html import write_report
-
-            write_report(log, rank_path(opts.report_path, log.rank))
+        # each output on its own: a full disk for one does not cost the other, nor the status
+        failures = write_outputs(
+            log,
+            rank_path(opts.json_path, log.rank) if opts.json_path else None,
+            rank_path(opts.report_path, log.rank) if opts.report_path else None,
+        )
+        for line in failures:
+            print(f"nanguard run: {line}", file=sys.stderr)
+        if failures and status == 0:
+            status = 2
+        if shield.stop() is not None and status == 0:
+            status = EXIT_INTERRUPTED
     return status
 
 

@@ -36,10 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
     if not args.command:
         parser.print_help()
         return 2
+    if extra:  # the subcommand's own usage, not the top level's: `nanguard run --bogus x.py`
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     mod = importlib.import_module(f"{__name__}.{COMMANDS[args.command]}")
     return int(mod.main(args) or 0)
 

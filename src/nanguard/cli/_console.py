@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ..core.console import make_console, print_finding
+from ..core.console import make_console, print_finding, print_stop
 
-__all__ = ["make_console", "print_finding"]
+__all__ = ["make_console", "print_finding", "print_stop"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import time
 from typing import Any
 
@@ -42,8 +43,14 @@ def main(args: argparse.Namespace) -> int:
 
         return keras_main(args)
     from ..core.errors import NonFiniteError
-    from ..demos import seed_torch as demo
 
+    try:
+        from ..demos import seed_torch as demo
+    except ImportError as exc:  # the base install: numpy and rich only
+        print(f"nanguard demo needs PyTorch ({exc}); install it with: pip install "
+              "'nanguard[torch]' (or: pip install torch), or run nanguard demo --framework keras",
+              file=sys.stderr)
+        return 2
     console = make_console()
     lr = args.lr if args.lr is not None else demo.LR
     console.print(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import time
 
 from ._console import make_console, print_finding
@@ -22,11 +23,9 @@ def main(args: argparse.Namespace) -> int:
     console = make_console()
     try:
         from ..demos import seed_keras as demo
-    except ImportError as exc:
-        console.print(
-            f"nanguard demo --framework keras needs Keras 3 on TensorFlow ({exc}).\n"
-            "Install it with: pip install 'nanguard[tf]'"
-        )
+    except ImportError as exc:  # printed as is: rich would take "[tf]" for markup and drop it
+        print(f"nanguard demo --framework keras needs Keras 3 on TensorFlow ({exc}); install "
+              "it with: pip install 'nanguard[tf]'", file=sys.stderr)
         return 2
     from ..core.errors import NonFiniteError
 

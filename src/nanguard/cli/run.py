@@ -13,6 +13,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "run",
         help="run a training script under guard, unchanged",
+        usage="%(prog)s [options] script.py [args ...]",
         description="Run SCRIPT as `python SCRIPT ARGS...` would, with nanguard watching every "
         "step. On the first non-finite value: print where it was made, why, and what to change, "
         "and exit with status 3 (policy 'raise').",
@@ -38,13 +39,19 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="check every op (slower): for code that never calls an optimizer or backward()",
     )
-    p.add_argument("script", help="the Python script to run")
+    # optional for argparse only: a missing script gets its own message (argparse would say
+    # "required: script, args", though args is optional)
+    p.add_argument("script", nargs="?", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
-    p.set_defaults(command="run")
+    p.set_defaults(command="run", run_parser=p)
 
 
 def main(args: argparse.Namespace) -> int:
     from ..runner import RunOptions, run_script
+
+    if not args.script:
+        args.run_parser.error("the script to run is missing: nanguard run [options] script.py "
+                              "[args...]")
 
     try:
         policy = args.policy or policy_from_env()
@@ -59,4 +66,8 @@ def main(args: argparse.Namespace) -> int:
         return run_script(args.script, args.args, opts)
     except ImportError as exc:  # an optional part (--tensorboard) is not installed
         print(f"nanguard run: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # --tensorboard DIR cannot be written (checked before the script)
+        print(f"nanguard run: --tensorboard {args.tensorboard}: cannot write there: "
+              f"{exc.strerror or exc} (nothing was run)", file=sys.stderr)
         return 2

@@ -29,7 +29,7 @@ class NonFiniteError(FloatingPointError):
     def __str__(self) -> str:
         from .render import format_finding
 
-        return "\n" + format_finding(self.finding, self.diagnosis)
+        return format_finding(self.finding, self.diagnosis)
 
     def __reduce__(self) -> tuple[object, ...]:  # picklable across processes (DataLoader, DDP)
         return (type(self), (self.finding, self.diagnosis))
@@ -63,7 +63,7 @@ class GiveUpError(NonFiniteError):
         return (type(self), (self.finding, self.diagnosis, self.reason, self.attempts))
 
     def __str__(self) -> str:
-        head = f"\nnanguard gave up: {self.reason}"
+        head = f"nanguard gave up: {self.reason}"
         if self.attempts:
             head += "\n  tried: " + "; ".join(self.attempts)
-        return head + super().__str__()
+        return head + "\n" + super().__str__()

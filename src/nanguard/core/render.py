@@ -27,11 +27,13 @@ _PHASE_WORDS = {
 }
 
 
-def headline(f: Finding) -> str:
-    """``the first non-finite value was made in the forward pass at step 3``."""
+def headline(f: Finding, first: bool = True) -> str:
+    """``the first non-finite value was made in the forward pass at step 3``; a later event of
+    the same run (``first=False``) reads ``a non-finite value was made ... at step 12``."""
     step = f" at step {f.step}" if f.step is not None else ""
     rank = f" on rank {f.rank}" if f.rank is not None else ""
-    return f"the first non-finite value was made {_PHASE_WORDS.get(f.phase, f.phase)}{step}{rank}"
+    what = "the first non-finite value" if first else "a non-finite value"
+    return f"{what} was made {_PHASE_WORDS.get(f.phase, f.phase)}{step}{rank}"
 
 
 def _rows(f: Finding) -> list[tuple[str, str]]:
@@ -68,12 +70,13 @@ def _rows(f: Finding) -> list[tuple[str, str]]:
     return rows
 
 
-def format_finding(f: Finding, d: Diagnosis | None = None, width: int = 100) -> str:
+def format_finding(f: Finding, d: Diagnosis | None = None, width: int = 100,
+                   first: bool = True) -> str:
     """Plain-text rendering: headline, a table of where, then cause, evidence and fixes."""
-    lines = [f"nanguard: {headline(f)}.", ""]
+    lines = [f"nanguard: {headline(f, first)}.", ""]
     for key, val in _rows(f):
-        first, *rest = val.splitlines() or [""]
-        lines.append(f"  {key:<9} {first}")
+        top, *rest = val.splitlines() or [""]
+        lines.append(f"  {key:<9} {top}")
         lines.extend(f"  {'':<9} {r}" for r in rest)
     if d is not None:
         lines += ["", f"cause: {d.cause.value} (confidence {d.confidence:.2f}): {d.summary}"]
@@ -84,14 +87,15 @@ def format_finding(f: Finding, d: Diagnosis | None = None, width: int = 100) -> 
         if d.fixes:
             lines += ["", "what to try:"]
             for i, fix in enumerate(d.fixes, 1):
-                first, *rest = fix.splitlines()
-                lines.append(f"  {i}. {first}")
+                top, *rest = fix.splitlines()
+                lines.append(f"  {i}. {top}")
                 lines.extend(f"     {r}" for r in rest)
     return "\n".join(lines)
 
 
-def finding_panel(f: Finding, d: Diagnosis | None = None) -> RenderableType:
-    """A rich panel with the same content as :func:`format_finding`."""
+def finding_panel(f: Finding, d: Diagnosis | None = None, first: bool = True) -> RenderableType:
+    """A rich panel with the same content as :func:`format_finding`; on a narrow terminal every
+    line wraps (the fixes' code too), nothing is cut off."""
     from rich.console import Group
     from rich.panel import Panel
     from rich.syntax import Syntax
@@ -103,7 +107,7 @@ def finding_panel(f: Finding, d: Diagnosis | None = None) -> RenderableType:
     table.add_column()
     for key, val in _rows(f):
         table.add_row(key, Text(val))
-    parts: list[RenderableType] = [Text(headline(f), style="bold"), Text(""), table]
+    parts: list[RenderableType] = [Text(headline(f, first), style="bold"), Text(""), table]
     if d is not None:
         parts += [
             Text(""),
@@ -120,7 +124,8 @@ def finding_panel(f: Finding, d: Diagnosis | None = None) -> RenderableType:
             parts += [Text(""), Text("what to try", style="bold")]
             for i, fix in enumerate(d.fixes, 1):
                 parts.append(Text(f"{i}.", style="bold"))
-                parts.append(Syntax(fix, "python", theme="ansi_dark", background_color="default"))
+                parts.append(Syntax(fix, "python", theme="ansi_dark", background_color="default",
+                                    word_wrap=True))
     title = f"nanguard · {f.phase} · {canonical_op(f.op) or f.phase}"
     return Panel(Group(*parts), title=title, border_style="red", expand=False)
 
@@ -131,11 +136,13 @@ def recovery_summary(
     n_events: int,
     policy: str,
     max_lines: int = 8,
+    header: str | None = None,
 ) -> str | None:
     """What a run that finished under ``skip`` or ``recover`` did about its non-finite steps, in
     a few lines (runs of the same action are folded: ``steps 0–47: nonfinite-input → drop batch
     (×36)``); ``None`` when there was nothing. Printed at the end of ``nanguard run``: a learning
-    rate cut by 100 or a third of the data dropped must not go unnoticed."""
+    rate cut by 100 or a third of the data dropped must not go unnoticed. ``header`` replaces
+    the first line (a run that stopped: ``nanguard gave up at step 12 ...``)."""
     if not recoveries and not n_events:
         return None
     groups: list[list[dict[str, Any]]] = []
@@ -146,8 +153,8 @@ def recovery_summary(
         else:
             groups.append([r])
     n_bad = len(recoveries) or n_events
-    lines = [f"nanguard: the run finished after {steps:,} steps; it met non-finite values at "
-             f"{n_bad} step{'s' if n_bad != 1 else ''} (policy {policy}):"]
+    lines = [header or f"nanguard: the run finished after {steps:,} steps; it met non-finite "
+             f"values at {n_bad} step{'s' if n_bad != 1 else ''} (policy {policy}):"]
     for g in groups[:max_lines]:
         first, last = g[0].get("step"), g[-1].get("step")
         where = f"step {first}" if len(g) == 1 else f"steps {first}–{last}"

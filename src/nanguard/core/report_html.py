@@ -22,12 +22,12 @@ import html
 import io
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .finding import Finding
+from .outfile import write_atomic
 from .render import headline
 
 if TYPE_CHECKING:
@@ -141,8 +141,10 @@ def _marks(doc: Mapping[str, Any]) -> _Marks:
 
 
 def _mpl_label(s: str) -> str:
-    """A run string as literal matplotlib text: ``$`` would start mathtext."""
-    return s.replace("\\", "\\\\").replace("$", r"\$")
+    """A run string as literal matplotlib text: ``$`` would start mathtext, so it is escaped
+    (``\\$``). Backslashes stay as they are: outside mathtext matplotlib draws them literally
+    and turns only ``\\$`` back into ``$`` (``$\\alpha`` is drawn as ``$\\alpha``)."""
+    return s.replace("$", r"\$")
 
 
 def _mark_axes(ax: Axes, marks: _Marks, lo: float, hi: float) -> None:
@@ -433,7 +435,8 @@ def _finding_html(ev: Mapping[str, Any], idx: int) -> str:
         if f.details.get(key) is not None:
             rows.append((label, _e(f.details[key])))
     table = "\n".join(f"<tr><th>{_e(k)}</th><td>{v}</td></tr>" for k, v in rows)
-    parts = [f"<p class='headline'>{_e(headline(f))}</p>", f"<table class='where'>{table}</table>"]
+    parts = [f"<p class='headline'>{_e(headline(f, first=idx == 0))}</p>",
+             f"<table class='where'>{table}</table>"]
     cause = ev.get("cause")
     if cause:
         conf = ev.get("confidence")
@@ -474,6 +477,21 @@ def _recoveries_html(recs: Sequence[Mapping[str, Any]]) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("step", "action", "what was done", "cause", "restored"))
     return (f"<section class='card' id='recoveries'><h2>Recoveries</h2><table class='grid'><thead><tr>{head}"
             f"</tr></thead><tbody>{''.join(rows)}</tbody></table></section>")
+
+
+def _later_events_html(events: Sequence[Mapping[str, Any]]) -> str:
+    """Every event after the first, folded: ``step 12: unsafe-op — aten.log.default in fc2``
+    (``outside any module`` where it had none)."""
+    if len(events) < 2:
+        return ""
+    items = []
+    for i, ev in enumerate(events[1:], 1):
+        where = Finding.from_dict(dict(ev)).where if ev.get("module") is not None else None
+        place = f" in <code>{_e(where)}</code>" if where else " (outside any module)"
+        items.append(f"<details class='card'><summary>step {_e(ev.get('step'))}: "
+                     f"{_e(ev.get('cause') or 'no diagnosis')} — <code>{_e(ev.get('op'))}</code>"
+                     f"{place}</summary>{_finding_html(ev, i)}</details>")
+    return f"<section id='events'><h2>All events</h2>{''.join(items)}</section>"
 
 
 def _dedupe(events: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -576,32 +594,32 @@ def _doc(log: RunLog | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _plots_html(doc: Mapping[str, Any]) -> str:
-    """The "Over the run" section: the plots and the key to their marks."""
+    """The plots section: a key to the marks, then one figure per series the history has."""
     plots = _plots(doc)
-    if plots:
-        m = _marks(doc)
-        items = []
-        if m.first_bad is not None:
-            items.append(f"<span style='border-top:2px solid {_C_FAIL}'></span>first non-finite "
-                         f"step ({_e(m.first_bad)})")
-        if m.rollbacks:
-            items.append(f"<span style='border-top:2px dashed {_C_ROLLBACK}'></span>rollback "
-                         "(shaded: the steps it undid)")
-        if m.skips:
-            items.append(f"<span style='border-top:2px dotted {_C_SKIP}'></span>skipped step")
-        if any(r.get("finite") is False for r in doc.get("history", [])):
-            items.append(f"<span style='border-top:0'></span><b style='color:{_C_FAIL}'>✕</b> a "
-                         "NaN/Inf value (no height to plot)")
-        key = f"<p class='legend-key'>Marks:{''.join(items)}</p>" if items else ""
-        figs = []
-        for pid, title, caption, svg in plots:
-            wide = " class='wide'" if pid == "plot-loss" else ""
-            figs.append(f"<figure id='{pid}'{wide}><figcaption><b>{_e(title)}</b>{_e(caption)}"
-                        f"</figcaption>{svg}</figure>")
-        return (f"<section id='plots'><h2>Over the run</h2>{key}<div class='plots'>"
-                f"{''.join(figs)}</div></section>")
-    return ("<section class='card' id='plots'><h2>Over the run</h2><p>No steps were "
-            "recorded.</p></section>")
+    if not plots:
+        return ("<section class='card' id='plots'><h2>Over the run</h2><p>No steps were "
+                "recorded.</p></section>")
+    m = _marks(doc)
+    items = []
+    if m.first_bad is not None:
+        items.append(f"<span style='border-top:2px solid {_C_FAIL}'></span>first non-finite "
+                     f"step ({_e(m.first_bad)})")
+    if m.rollbacks:
+        items.append(f"<span style='border-top:2px dashed {_C_ROLLBACK}'></span>rollback "
+                     "(shaded: the steps it undid)")
+    if m.skips:
+        items.append(f"<span style='border-top:2px dotted {_C_SKIP}'></span>skipped step")
+    if any(r.get("finite") is False for r in doc.get("history", [])):
+        items.append(f"<span style='border-top:0'></span><b style='color:{_C_FAIL}'>✕</b> a "
+                     "NaN/Inf value (no height to plot)")
+    key = f"<p class='legend-key'>Marks:{''.join(items)}</p>" if items else ""
+    figs = []
+    for pid, title, caption, svg in plots:
+        wide = " class='wide'" if pid == "plot-loss" else ""
+        figs.append(f"<figure id='{pid}'{wide}><figcaption><b>{_e(title)}</b>{_e(caption)}"
+                    f"</figcaption>{svg}</figure>")
+    return (f"<section id='plots'><h2>Over the run</h2>{key}<div class='plots'>"
+            f"{''.join(figs)}</div></section>")
 
 
 def render_report(log: RunLog | Mapping[str, Any]) -> str:
@@ -647,14 +665,7 @@ def render_report(log: RunLog | Mapping[str, Any]) -> str:
 
     body.append(_plots_html(doc))
     body.append(_recoveries_html(recs))
-    if len(events) > 1:
-        more = "".join(
-            f"<details class='card'><summary>step {_e(ev.get('step'))}: {_e(ev.get('cause'))} — "
-            f"<code>{_e(ev.get('op'))}</code> in <code>{_e(ev.get('module'))}</code></summary>"
-            f"{_finding_html(ev, i)}</details>"
-            for i, ev in enumerate(events[1:], 1)
-        )
-        body.append(f"<section id='events'><h2>All events</h2>{more}</section>")
+    body.append(_later_events_html(events))
     notes = doc.get("notes") or []
     if notes:
         body.append("<section class='card' id='notes'><h2>Notes</h2><ul>"
@@ -673,7 +684,8 @@ def render_report(log: RunLog | Mapping[str, Any]) -> str:
 
 def write_report(log: RunLog | Mapping[str, Any], path: str) -> None:
     """Write the report of ``log`` to ``path`` atomically (called at the end of a run, or by
-    ``nanguard report``). Needs matplotlib: ``pip install 'nanguard[report]'``."""
+    ``nanguard report``); the folder must exist. Needs matplotlib:
+    ``pip install 'nanguard[report]'``."""
     try:
         import matplotlib  # noqa: F401
     except ImportError as exc:
@@ -681,18 +693,4 @@ def write_report(log: RunLog | Mapping[str, Any], path: str) -> None:
             "nanguard's HTML report draws its plots with matplotlib: "
             "pip install 'nanguard[report]' (or: pip install matplotlib)"
         ) from exc
-    text = render_report(log)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".nanguard-", suffix=".html", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # as open() would create it, not mkstemp's 0600
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, render_report(log), suffix=".html")

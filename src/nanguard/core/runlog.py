@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +16,9 @@ from .._version import __version__
 from .diagnosis import Diagnosis
 from .finding import Finding
 from .history import History
+from .outfile import write_atomic
 
-__all__ = ["SCHEMA_VERSION", "STATUSES", "RunLog", "event_dict", "merge_ranks", "rank_from_env", "rank_path"]
+__all__ = ["SCHEMA_VERSION", "STATUSES", "RunLog", "check_document", "event_dict"]
 
 SCHEMA_VERSION = 1
 #: ``ok``: no non-finite value; ``nonfinite``: stopped on one; ``recovered``: met some, finished;
@@ -115,95 +114,102 @@ class RunLog:
         }
 
     def write(self, path: str) -> None:
-        """Write atomically: readers never see half a file."""
+        """Write atomically (readers never see half a file), with the permissions of any file
+        the user writes. The folder must exist."""
         data = json.dumps(self.to_dict(), indent=1, allow_nan=False)
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".nanguard-", suffix=".json", dir=d)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(data + "\n")
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, data + "\n", suffix=".json")
 
     @staticmethod
     def read(path: str) -> dict[str, Any]:
+        """The JSON document of a run log, checked (``ValueError`` naming what is wrong: not a
+        JSON object, another schema, a field of the wrong type)."""
         with open(path) as fh:
-            doc: dict[str, Any] = json.load(fh)
+            doc = json.load(fh)
+        if not isinstance(doc, dict):
+            raise ValueError(f"a run log is a JSON object; {path} holds a {_kind(doc)}")
         if doc.get("schema") != SCHEMA_VERSION:
             raise ValueError(
                 f"{path}: run log schema {doc.get('schema')!r}; this nanguard reads schema "
                 f"{SCHEMA_VERSION}"
             )
+        problems = check_document(doc)
+        if problems:
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            raise ValueError("; ".join(problems[:3]) + more)
         return doc
 
 
-def rank_from_env(env: dict[str, str] | None = None) -> tuple[int, int] | None:
-    """``(rank, world_size)`` under ``torchrun`` (its ``RANK``/``WORLD_SIZE``), else ``None``."""
-    env = dict(os.environ) if env is None else env
-    try:
-        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
-    except (KeyError, ValueError):
-        return None
-    return (rank, world) if world > 1 and 0 <= rank < world else None
+# ----------------------------------------------------------------------------------------------
+# checking a run log read back (nanguard report): every field the report reads, by type
+
+_NUM = (int, float)
+_STR = (str, type(None))
+_OPT_INT = (int, type(None))
+_OPT_NUM = (int, float, type(None))
+_VALUE = (int, float, str, type(None))  # a history value: a number, "nan"/"inf", or absent
+_TOP: dict[str, tuple[type, ...]] = {
+    "status": (str,), "steps": (int,), "script": _STR, "argv": (list,), "exit_code": _OPT_INT,
+    "framework": _STR, "duration_s": _OPT_NUM, "events": (list,), "recoveries": (list,),
+    "error": _STR, "notes": (list,), "history": (list,),
+}
+_EVENT: dict[str, tuple[type, ...]] = {
+    "step": _OPT_INT, "phase": (str,), "op": _STR, "grad_fn": _STR, "module": _STR,
+    "module_type": _STR, "source": _STR, "source_code": _STR, "dtype": _STR, "shape": (list,),
+    "nan": (int,), "posinf": (int,), "neginf": (int,), "reached": _STR, "rank": _OPT_INT,
+    "cause": _STR, "confidence": _OPT_NUM, "summary": _STR, "evidence": (list,),
+    "fixes": (list,), "inputs": (list,), "scalars": (dict,), "details": (dict,),
+}
+_INPUT: dict[str, tuple[type, ...]] = {
+    "name": (str,), "dtype": (str,), "shape": (list,), "numel": (int,), "nan": (int,),
+    "posinf": (int,), "neginf": (int,), "zeros": (int,), "negatives": (int,), "min": _OPT_NUM,
+    "max": _OPT_NUM, "absmax": _OPT_NUM, "smallest_abs_nonzero": _OPT_NUM,
+}
+_RECOVERY: dict[str, tuple[type, ...]] = {
+    "step": _OPT_INT, "action": _STR, "description": _STR, "reason": _STR, "cause": _STR,
+    "restored_step": _OPT_INT, "steps_lost": _OPT_INT, "lr_scale": _OPT_NUM, "clip_norm": _OPT_NUM,
+}
+_RECORD: dict[str, tuple[type, ...]] = {
+    "step": (int,), "loss": _VALUE, "grad_norm": _VALUE, "param_norm": _VALUE, "lr": _VALUE,
+    "update_norm": _VALUE, "finite": (bool, type(None)), "skipped": (bool, type(None)),
+    "event": _STR, "layer_grad_norms": (dict, type(None)),
+}
 
 
-def rank_path(path: str, rank: int | None) -> str:
-    """Where one rank writes what ``--json PATH`` / ``--report PATH`` asked for: rank 0 (and a
-    run without ranks) at ``PATH``, rank ``r`` beside it at ``STEM.rank{r}.EXT`` — every rank
-    gets the same command line, and none overwrites another's."""
-    if not rank:
-        return path
-    stem, ext = os.path.splitext(path)
-    return f"{stem}.rank{rank}{ext}"
+def _kind(x: Any) -> str:
+    return {dict: "JSON object", list: "JSON list", str: "string", bool: "boolean",
+            type(None): "null"}.get(type(x), "number" if isinstance(x, _NUM) else type(x).__name__)
 
 
-def _rank_siblings(path: str) -> list[str]:
-    stem, ext = os.path.splitext(path)
-    d = os.path.dirname(os.path.abspath(path))
-    base = os.path.basename(stem) + ".rank"
-    found = []
-    for name in os.listdir(d):
-        mid = name[len(base):len(name) - len(ext)] if ext else name[len(base):]
-        if name.startswith(base) and name.endswith(ext) and mid.isdigit():
-            found.append((int(mid), os.path.join(d, name)))
-    return [p for _, p in sorted(found)]
+def _fields(where: str, d: Any, spec: dict[str, tuple[type, ...]]) -> list[str]:
+    if not isinstance(d, dict):
+        return [f"{where} should be a JSON object, not a {_kind(d)}"]
+    out = []
+    for key, types in spec.items():
+        if key in d and not isinstance(d[key], types):
+            out.append(f"{where}.{key} should be {' or '.join(_kind_of(t) for t in types)}, "
+                       f"not {_kind(d[key])} {json.dumps(d[key])[:40]}")
+    return out
 
 
-#: the worse status wins when ranks are merged
-_SEVERITY = {"ok": 0, "recovered": 1, "interrupted": 2, "error": 3, "nonfinite": 4}
+def _kind_of(t: type) -> str:
+    return {int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "an object", bool: "true/false", type(None): "null"}.get(t, t.__name__)
 
 
-def merge_ranks(path: str) -> dict[str, Any]:
-    """Rank 0's run log at ``path`` with every ``STEM.rank{r}.EXT`` beside it merged in: the
-    events of all ranks (each says its ``rank``), the worst status, and one ``ranks`` entry per
-    rank saying what it saw. A run without rank logs is returned as it is."""
-    doc = RunLog.read(path)
-    others = [RunLog.read(p) for p in _rank_siblings(path)]
-    if not others:
-        return doc
-    docs = [doc, *others]
-    ranks = []
-    for i, d in enumerate(docs):
-        r = d.get("rank", i)
-        for ev in d.get("events", []):
-            ev.setdefault("rank", r)
-            if ev.get("rank") is None:
-                ev["rank"] = r
-        ranks.append({"rank": r, "status": d.get("status"), "steps": d.get("steps"),
-                      "exit_code": d.get("exit_code"), "events": len(d.get("events", [])),
-                      "first_event_step": (d.get("events") or [{}])[0].get("step")})
-    merged = dict(doc)
-    merged["status"] = max((d.get("status", "ok") for d in docs), key=lambda x: _SEVERITY.get(x, 0))
-    merged["events"] = sorted((ev for d in docs for ev in d.get("events", [])),
-                              key=lambda ev: (ev.get("step") is None, ev.get("step") or 0, ev["rank"]))
-    merged["recoveries"] = [dict(rec, rank=d.get("rank", i)) for i, d in enumerate(docs)
-                            for rec in d.get("recoveries", [])]
-    merged["ranks"] = ranks
-    merged["notes"] = [*doc.get("notes", []), *(
-        f"rank {x['rank']}: {x['status']}, {x['steps']} steps, {x['events']} non-finite event(s)"
-        + (f", the first at step {x['first_event_step']}" if x["events"] else "") for x in ranks)]
-    return merged
+def check_document(doc: dict[str, Any]) -> list[str]:
+    """What is wrong with a run log document, field by field (empty: nothing)."""
+    problems = _fields("run log", doc, _TOP)
+    if problems:
+        return problems
+    for i, ev in enumerate(doc.get("events", [])):
+        problems += _fields(f"events[{i}]", ev, _EVENT)
+        if isinstance(ev, dict) and isinstance(ev.get("inputs"), list):
+            for j, s in enumerate(ev["inputs"]):
+                problems += _fields(f"events[{i}].inputs[{j}]", s, _INPUT)
+    for i, rec in enumerate(doc.get("recoveries", [])):
+        problems += _fields(f"recoveries[{i}]", rec, _RECOVERY)
+    for i, rec in enumerate(doc.get("history", [])):
+        problems += _fields(f"history[{i}]", rec, _RECORD)
+        if len(problems) > 20:
+            break
+    return problems

@@ -22,13 +22,22 @@ from __future__ import annotations
 import os
 import sys
 import time
+import zipfile
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ._check import Collector
-from ._result import FLOAT16_MAX, BadCell, BadRow, ColumnStats, ScanReport, format_report
+from ._result import (
+    FLOAT16_MAX,
+    BadCell,
+    BadRow,
+    ColumnStats,
+    ScanError,
+    ScanReport,
+    format_report,
+)
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -37,6 +46,7 @@ __all__ = [
     "BadCell",
     "BadRow",
     "ColumnStats",
+    "ScanError",
     "ScanReport",
     "format_report",
     "scan",
@@ -109,39 +119,51 @@ def _describe(obj: Any) -> str:
     return f"<{type(obj).__name__}>"
 
 
+#: format -> (module, reader function, the format as messages name it)
+_READERS = {
+    "csv": ("_csv", "scan_csv", "CSV"),
+    "parquet": ("_tabular", "scan_parquet", "Parquet"),
+    "npy": ("_arrays", "scan_npy", "NPY"),
+    "npz": ("_arrays", "scan_npz", "NPZ"),
+    "pt": ("_torch", "scan_pt", "PyTorch (.pt)"),
+    "safetensors": ("_torch", "scan_safetensors", "safetensors"),
+}
+
+
 def _scan_path(path: str, fmt: str | None, report: ScanReport, col: Collector, chunk_bytes: int,
                progress: bool) -> None:
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"a directory, not a file: {path} (nanguard scan DIR scans every "
+                                "data file in it)")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such file: {path}")
     fmt = fmt or file_format(path)
-    if fmt == "csv":
-        from ._tabular import scan_csv
-
-        scan_csv(path, report, col, chunk_bytes, progress)
-    elif fmt == "parquet":
-        from ._tabular import scan_parquet
-
-        scan_parquet(path, report, col, chunk_bytes, progress)
-    elif fmt == "npy":
-        from ._arrays import scan_npy
-
-        scan_npy(path, report, col, chunk_bytes, progress)
-    elif fmt == "npz":
-        from ._arrays import scan_npz
-
-        scan_npz(path, report, col, chunk_bytes, progress)
-    elif fmt == "pt":
-        from ._torch import scan_pt
-
-        scan_pt(path, report, col, chunk_bytes, progress)
-    elif fmt == "safetensors":
-        from ._torch import scan_safetensors
-
-        scan_safetensors(path, report, col, chunk_bytes, progress)
-    else:
+    if fmt not in _READERS:
         known = ", ".join(sorted(set(SUFFIXES)))
         raise ValueError(f"unknown data format (known suffixes: {known}); name it with "
                          "format='csv' (nanguard scan --format csv)")
+    module, func, name = _READERS[fmt]
+    if os.path.getsize(path) == 0:
+        raise ScanError(f"empty file (0 bytes): nothing to read as {name}")
+    import importlib
+
+    reader = getattr(importlib.import_module(f"{__name__}.{module}"), func)
+    try:
+        reader(path, report, col, chunk_bytes, progress)
+    except (ScanError, ImportError, MemoryError, FileNotFoundError, PermissionError):
+        raise
+    except Exception as exc:  # what a corrupt file makes the format's own library raise
+        raise ScanError(f"not a readable {name} file: {_reason(exc)}") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """A reader library's exception as a short reason (``EOFError()`` has no message)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, EOFError):
+        return "it ends too early (a truncated file?)" + (f": {text}" if text else "")
+    if isinstance(exc, zipfile.BadZipFile):
+        return f"not a zip archive ({text})" if text else "not a zip archive"
+    return text or type(exc).__name__
 
 
 def _scan_object(obj: Any, report: ScanReport, col: Collector, chunk_bytes: int, progress: bool,

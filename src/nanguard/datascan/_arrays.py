@@ -16,7 +16,7 @@ from typing import IO, Any
 import numpy as np
 
 from ._check import Collector, Progress
-from ._result import ColumnStats, ScanReport
+from ._result import UNREADABLE, ColumnStats, ScanError, ScanReport
 
 __all__ = ["scan_array", "scan_arrays", "scan_npy", "scan_npz"]
 
@@ -69,7 +69,7 @@ def _stream(fh: IO[bytes], dtype: np.dtype[Any], shape: tuple[int, ...], chunk_b
         while got < len(view):
             r = fh.readinto(view[got:])  # type: ignore[attr-defined]
             if not r:
-                raise ValueError(f"the file ends after {done * row_bytes + got} bytes of data; "
+                raise ScanError(f"the file ends after {done * row_bytes + got} bytes of data; "
                                  f"its header says {rows * row_bytes}")
             got += r
         arr = np.frombuffer(view, dtype=dtype, count=n * row_items)
@@ -78,14 +78,14 @@ def _stream(fh: IO[bytes], dtype: np.dtype[Any], shape: tuple[int, ...], chunk_b
         done += n
 
 
-def _header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype[Any]]:
+def _header(fh: IO[bytes], objects_ok: bool = False) -> tuple[tuple[int, ...], bool, np.dtype[Any]]:
     version = np.lib.format.read_magic(fh)
     if version == (1, 0):
         shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
     else:
         shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-    if dtype.hasobject:
-        raise ValueError("holds Python objects (a pickle): not scanned; nanguard never unpickles")
+    if dtype.hasobject and not objects_ok:
+        raise ScanError("holds Python objects (a pickle): not scanned; nanguard never unpickles")
     return tuple(shape), bool(fortran), dtype
 
 
@@ -133,12 +133,9 @@ def scan_npz(path: str, report: ScanReport, col: Collector, chunk_bytes: int, pr
         for info in members:
             name = info.filename[: -len(".npy")]
             with zf.open(info) as fh:
-                try:
-                    shape, fortran, dtype = _header(fh)
-                except ValueError as exc:
-                    c = ColumnStats(name, "object", skipped="Python objects")
-                    report.columns.append(c)
-                    report.notes.append(f"{name}: {exc}")
+                shape, fortran, dtype = _header(fh, objects_ok=True)
+                if dtype.hasobject:  # never unpickled: the scan is not complete
+                    report.columns.append(ColumnStats(name, "object", skipped=UNREADABLE))
                     continue
                 c = ColumnStats(name, f"{dtype}[{', '.join(map(str, shape))}]")
                 report.columns.append(c)
@@ -163,7 +160,7 @@ def _split(arr: np.ndarray, chunk_bytes: int) -> Iterator[np.ndarray]:
 def scan_array(arr: np.ndarray, name: str, report: ScanReport, col: Collector, chunk_bytes: int) -> None:
     """An array in memory (chunked all the same: the temporaries stay small)."""
     if arr.dtype.hasobject:
-        report.columns.append(ColumnStats(name or "array", "object", skipped="Python objects"))
+        report.columns.append(ColumnStats(name or "array", "object", skipped=UNREADABLE))
         return
     shape = tuple(arr.shape) if arr.ndim else (1,)
     cols = _columns(name, arr.dtype, shape)

@@ -9,11 +9,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-__all__ = ["FLOAT16_MAX", "BadCell", "BadRow", "ColumnStats", "ScanReport", "format_report"]
+__all__ = ["FLOAT16_MAX", "BadCell", "BadRow", "ColumnStats", "ScanError", "ScanReport", "format_report"]
 
 #: the largest finite float16; a value beyond it becomes ±Inf (or is rounded down to it, up to
 #: 65520) when the data is cast to float16 — counted as "beyond float16"
 FLOAT16_MAX = 65504.0
+
+class ScanError(ValueError):
+    """A file that cannot be read as the format it claims (empty, truncated, corrupt, binary data
+    in a CSV, Python objects where tensors were expected). The message says what is wrong with
+    it; ``nanguard scan`` prints it as one line and goes on with the other files."""
+
+
+#: ``ColumnStats.skipped`` of an array that holds Python objects: it could not be checked
+UNREADABLE = "Python objects, never unpickled"
 
 #: issue kinds, as they appear in ``BadCell.kind``
 KINDS = ("nan", "+inf", "-inf", "missing", "text", "fp16")
@@ -97,8 +106,19 @@ class ScanReport:
         return any(c.issues(self.fp16) for c in self.columns)
 
     @property
+    def unchecked(self) -> list[str]:
+        """Arrays or tensors that could not be checked (Python objects, never unpickled): their
+        values are unknown, so the scan is not complete."""
+        return [c.name for c in self.columns if c.skipped == UNREADABLE]
+
+    @property
+    def complete(self) -> bool:
+        return not self.unchecked
+
+    @property
     def clean(self) -> bool:
-        return not self.found
+        """Nothing found, and everything checked."""
+        return not self.found and self.complete
 
     def totals(self) -> dict[str, int]:
         keys = ("nan", "posinf", "neginf", "missing", "text", "fp16")
@@ -109,6 +129,7 @@ class ScanReport:
             "source": self.source,
             "format": self.format,
             "found": self.found,
+            "complete": self.complete,
             "rows": self.rows,
             "unit": self.unit,
             "bytes": self.nbytes,
@@ -204,12 +225,22 @@ _KIND_WORDS = {"nan": "NaN", "+inf": "+Inf", "-inf": "-Inf", "missing": "missing
                "text": "not a number", "fp16": "beyond float16"}
 
 
+def _verdict(r: ScanReport) -> str:
+    """The line under the header of a report with nothing found."""
+    if r.complete:
+        return "clean: no NaN/Inf, no missing or non-numeric cells" + (
+            ", nothing beyond float16" if r.fp16 else "")
+    names = ", ".join(r.unchecked[:8]) + (f", +{len(r.unchecked) - 8} more" if len(r.unchecked) > 8 else "")
+    return (f"not all checked: nothing found in what could be read, but {names} holds Python "
+            "objects (a pickle), which nanguard never loads; save numbers instead (np.savez with "
+            "numeric arrays)")
+
+
 def format_report(r: ScanReport, max_columns: int = 30) -> str:
     """Plain text: a header, the columns with problems, the first bad rows."""
     lines = [_header(r)]
     if not r.found:
-        lines.append("  clean: no NaN/Inf, no missing or non-numeric cells"
-                     + (", nothing beyond float16" if r.fp16 else ""))
+        lines.append("  " + _verdict(r))
     else:
         lines.append(f"  found: {_found_words(r)}")
         bad = [c for c in r.columns if c.issues(r.fp16)]
@@ -247,8 +278,7 @@ def report_table(r: ScanReport) -> RenderableType:
 
     parts: list[RenderableType] = [Text(_header(r), style="bold")]
     if not r.found:
-        parts.append(Text("  clean: no NaN/Inf, no missing or non-numeric cells"
-                          + (", nothing beyond float16" if r.fp16 else ""), style="green"))
+        parts.append(Text("  " + _verdict(r), style="green" if r.complete else "yellow"))
     else:
         parts.append(Text.assemble(("  found: ", "bold red"), _found_words(r)))
         table = Table(box=None, padding=(0, 1), header_style="bold cyan")

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ._check import Collector, Progress
-from ._result import BadCell, ColumnStats, ScanReport
+from ._result import BadCell, ColumnStats, ScanError, ScanReport
 
 __all__ = ["scan_dataset", "scan_pt", "scan_safetensors", "scan_tensor"]
 
@@ -97,14 +97,7 @@ def scan_pt(path: str, report: ScanReport, col: Collector, chunk_bytes: int, pro
             warnings.simplefilter("ignore")  # the weights-only unpickler's protocol notices
             obj = _load(torch, path, report)
     except pickle.UnpicklingError as exc:
-        # a pickled model or any other Python object: loading it would run code from the file
-        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
-        raise ValueError(
-            "holds Python objects beyond tensors (a pickled model?): not scanned, since nanguard "
-            "loads .pt files with weights_only=True and never runs code from them"
-            + (f" (it holds a {found.group(1)})" if found else "")
-            + "; save the tensors instead: torch.save(model.state_dict(), path)"
-        ) from None
+        raise _refused(path, exc) from None
     leaves = list(_walk(obj))
     total = sum(t.numel() * t.element_size() for _, t in leaves if isinstance(t, torch.Tensor))
     with Progress(progress, os.path.basename(path), total) as bar:
@@ -116,13 +109,32 @@ def scan_pt(path: str, report: ScanReport, col: Collector, chunk_bytes: int, pro
 
 
 def _load(torch: Any, path: str, report: ScanReport) -> Any:
-    try:
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic == b"PK\x03\x04":  # the zip format of torch.save: tensors stay on disk (mmap)
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except pickle.UnpicklingError:
-        raise
-    except RuntimeError:
-        report.notes.append("legacy (non-zip) file: loaded whole, not memory-mapped")
-        return torch.load(path, map_location="cpu", weights_only=True)  # the legacy format: no mmap
+    if not magic.startswith(b"\x80"):
+        raise ScanError("not a file torch.save wrote: it is neither a zip archive nor a pickle")
+    report.notes.append("legacy (non-zip) file: loaded whole, not memory-mapped")
+    return torch.load(path, map_location="cpu", weights_only=True)  # the legacy format: no mmap
+
+
+def _refused(path: str, exc: pickle.UnpicklingError) -> ScanError:
+    """Why the weights-only unpickler refused ``path``: Python objects beyond tensors (loading
+    them would run code from the file), or a pickle it cannot read at all."""
+    # "Unsupported global: GLOBAL a.B", or "unsupported GLOBAL posix.system whose module ..."
+    found = re.search(r"unsupported global:? (?:GLOBAL )?([\w.]+)", str(exc), re.IGNORECASE)
+    if found:
+        return ScanError(
+            "holds Python objects beyond tensors (a pickled model?): not scanned, since nanguard "
+            "loads .pt files with weights_only=True and never runs code from them"
+            + f" (it holds a {found.group(1)})"
+            + "; save the tensors instead: torch.save(model.state_dict(), path)"
+        )
+    why = re.search(r"WeightsUnpickler error: (.+)", str(exc))
+    detail = why.group(1).strip() if why else str(exc).splitlines()[0]
+    return ScanError(f"not a readable PyTorch file: its pickle is corrupt or not one torch.save "
+                     f"wrote ({detail})")
 
 
 def _scalar(name: str, v: Any, report: ScanReport, col: Collector) -> None:

@@ -9,8 +9,12 @@ Importing this package imports TensorFlow and Keras (never torch); it raises ``I
 Keras 3 on the TensorFlow backend is not available.
 """
 
+from ..core.diagnosed import with_diagnosis
 from .callback import NanGuard
 from .guard import KerasGuard, attach
-from .locate import Locator, locate
+from .locate import Locator
+from .locate import locate as _locate
+
+locate = with_diagnosis(_locate)
 
 __all__ = ["KerasGuard", "Locator", "NanGuard", "attach", "locate"]

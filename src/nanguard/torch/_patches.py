@@ -6,7 +6,9 @@
 * LR schedulers and GradScalers created while a guard is active are registered, so a rollback
   restores their state too; ``GradScaler.step`` reports whether it skipped the optimizer step.
 
-User objects are never touched.
+User objects are never touched. The wrappers are :func:`~nanguard.core.transparent.transparent`:
+a warning the wrapped function raises with ``stacklevel=2`` (``GradScaler`` on a machine without
+CUDA, an ``IterableDataset`` whose length is wrong) names the user's line, as without nanguard.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 import torch
 from torch.utils.data import dataloader as _dl
 
+from ..core import transparent as _transparent
+from ..core.transparent import transparent
 from ._recorder import StepRecorder
 
 __all__ = ["register_recorder", "unregister_recorder"]
@@ -28,6 +32,7 @@ _saved: list[tuple[Any, str, Callable[..., Any]]] = []
 
 def _paused(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
+    @transparent
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         recs = list(_active)
         for r in recs:
@@ -54,6 +59,7 @@ _TARGETS: list[tuple[Any, str]] = [
 
 def register_recorder(rec: StepRecorder) -> None:
     if not _active:
+        _transparent.install()
         for owner, name in _TARGETS:
             orig = owner.__dict__[name]
             _saved.append((owner, name, orig))
@@ -68,6 +74,7 @@ def unregister_recorder(rec: StepRecorder) -> None:
         while _saved:
             owner, name, orig = _saved.pop()
             setattr(owner, name, orig)
+        _transparent.uninstall()
 
 
 # --- schedulers, scalers ------------------------------------------------------------------------
@@ -78,6 +85,7 @@ _saved_g: list[tuple[Any, str, Callable[..., Any]]] = []
 
 def _sched_init(orig: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(orig)
+    @transparent
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         orig(self, *args, **kwargs)
         from .snapshot import SCHEDULERS
@@ -89,6 +97,7 @@ def _sched_init(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 def _scaler_init(orig: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(orig)
+    @transparent
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         orig(self, *args, **kwargs)
         from .snapshot import SCALERS
@@ -113,6 +122,7 @@ def _scaler_scale(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 def _scaler_step(orig: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(orig)
+    @transparent
     def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         before = _steps_seen.get(id(optimizer), 0)
         out = orig(self, optimizer, *args, **kwargs)
@@ -129,6 +139,7 @@ _steps_seen: dict[int, int] = {}
 
 def _clip(orig: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(orig)
+    @transparent
     def clip_grad_norm_(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
         out = orig(parameters, max_norm, *args, **kwargs)
         for g in list(_guards):
@@ -148,6 +159,7 @@ _count_handle: Any = None
 def register_guard(guard: Any) -> None:
     global _count_handle
     if not _guards:
+        _transparent.install()
         from torch.amp import grad_scaler
         from torch.optim import lr_scheduler
         from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -186,3 +198,4 @@ def unregister_guard(guard: Any) -> None:
         if _count_handle is not None:
             _count_handle.remove()
             _count_handle = None
+        _transparent.uninstall()

@@ -1,0 +1,80 @@
+"""Run logs under ``torchrun``: every rank gets the same ``--json PATH``; each keeps its own
+(rank 0 at ``PATH``, rank *r* at ``STEM.rank{r}.EXT``), and :func:`merge_ranks` builds the one
+view ``nanguard report`` renders, saying which rank saw what."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .runlog import RunLog
+
+__all__ = ["merge_ranks", "rank_from_env", "rank_path"]
+
+
+def rank_from_env(env: dict[str, str] | None = None) -> tuple[int, int] | None:
+    """``(rank, world_size)`` under ``torchrun`` (its ``RANK``/``WORLD_SIZE``), else ``None``."""
+    env = dict(os.environ) if env is None else env
+    try:
+        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+    return (rank, world) if world > 1 and 0 <= rank < world else None
+
+
+def rank_path(path: str, rank: int | None) -> str:
+    """Where one rank writes what ``--json PATH`` / ``--report PATH`` asked for: rank 0 (and a
+    run without ranks) at ``PATH``, rank ``r`` beside it at ``STEM.rank{r}.EXT`` — every rank
+    gets the same command line, and none overwrites another's."""
+    if not rank:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.rank{rank}{ext}"
+
+
+def _rank_siblings(path: str) -> list[str]:
+    stem, ext = os.path.splitext(path)
+    d = os.path.dirname(os.path.abspath(path))
+    base = os.path.basename(stem) + ".rank"
+    found = []
+    for name in os.listdir(d):
+        mid = name[len(base):len(name) - len(ext)] if ext else name[len(base):]
+        if name.startswith(base) and name.endswith(ext) and mid.isdigit():
+            found.append((int(mid), os.path.join(d, name)))
+    return [p for _, p in sorted(found)]
+
+
+#: the worse status wins when ranks are merged
+_SEVERITY = {"ok": 0, "recovered": 1, "interrupted": 2, "error": 3, "nonfinite": 4}
+
+
+def merge_ranks(path: str) -> dict[str, Any]:
+    """Rank 0's run log at ``path`` with every ``STEM.rank{r}.EXT`` beside it merged in: the
+    events of all ranks (each says its ``rank``), the worst status, and one ``ranks`` entry per
+    rank saying what it saw. A run without rank logs is returned as it is."""
+    doc = RunLog.read(path)
+    others = [RunLog.read(p) for p in _rank_siblings(path)]
+    if not others:
+        return doc
+    docs = [doc, *others]
+    ranks = []
+    for i, d in enumerate(docs):
+        r = d.get("rank", i)
+        for ev in d.get("events", []):
+            ev.setdefault("rank", r)
+            if ev.get("rank") is None:
+                ev["rank"] = r
+        ranks.append({"rank": r, "status": d.get("status"), "steps": d.get("steps"),
+                      "exit_code": d.get("exit_code"), "events": len(d.get("events", [])),
+                      "first_event_step": (d.get("events") or [{}])[0].get("step")})
+    merged = dict(doc)
+    merged["status"] = max((d.get("status", "ok") for d in docs), key=lambda x: _SEVERITY.get(x, 0))
+    merged["events"] = sorted((ev for d in docs for ev in d.get("events", [])),
+                              key=lambda ev: (ev.get("step") is None, ev.get("step") or 0, ev["rank"]))
+    merged["recoveries"] = [dict(rec, rank=d.get("rank", i)) for i, d in enumerate(docs)
+                            for rec in d.get("recoveries", [])]
+    merged["ranks"] = ranks
+    merged["notes"] = [*doc.get("notes", []), *(
+        f"rank {x['rank']}: {x['status']}, {x['steps']} steps, {x['events']} non-finite event(s)"
+        + (f", the first at step {x['first_event_step']}" if x["events"] else "") for x in ranks)]
+    return merged
