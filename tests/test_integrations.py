@@ -205,6 +205,7 @@ pl.Trainer(max_steps=8, logger=False, enable_checkpointing=False, enable_progres
 """
 
 
+@pytest.mark.slow
 def test_unmodified_lightning_script_under_nanguard_run_is_checked_after_the_closure(tmp_path: Path) -> None:
     import json
     import subprocess

@@ -17,10 +17,10 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from nanguard.cli import main as cli_main
-from nanguard.cli._live import LiveStatus
 from nanguard.core.history import History, StepRecord
 from nanguard.core.report_html import render_report, write_report
 from nanguard.core.runlog import RunLog
+from nanguard.integrations.live import LiveStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 NANGUARD = [sys.executable, "-m", "nanguard"]

@@ -181,6 +181,7 @@ print(json.dumps({"lr_scale": g.recovery.lr_scale, "loss": loss.item(),
 """
 
 
+@pytest.mark.slow
 def test_a_scripts_own_attach_adopts_the_guard_of_nanguard_run(tmp_path: Path) -> None:
     script = tmp_path / "own_guard.py"
     script.write_text(textwrap.dedent(_SCRIPT_WITH_ITS_OWN_GUARD))
@@ -218,6 +219,7 @@ print("applied", ok)
 """
 
 
+@pytest.mark.slow
 def test_nanguard_run_reports_a_finding_the_script_swallowed(tmp_path: Path) -> None:
     script = tmp_path / "swallow.py"
     script.write_text(textwrap.dedent(_SWALLOWING_SCRIPT))

@@ -159,27 +159,42 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
         traceback.print_exception(type(exc), exc, None, file=sys.stderr)
         return 1
     del code
+    return _Run(script, args, opts).run()
 
-    log = RunLog(script=script, argv=list(args), started=time.time())
-    ranked = rank_from_env()  # under torchrun every rank gets the same paths: each keeps its own
-    if ranked is not None:
-        log.rank, log.world_size = ranked
-    sessions: list[Session] = []
-    from .cli._live import make_observers
 
-    observers = make_observers(opts.tensorboard_dir, opts.live)
+class _Run:
+    """One ``nanguard run``: the adapters installed when the script imports its framework, the
+    script run as ``__main__``, what it ended with, and the run log written."""
 
-    def install_torch() -> None:
-        from .torch.session import TorchSession
+    def __init__(self, script: str, args: Sequence[str], opts: RunOptions) -> None:
+        from .integrations.live import make_observers
 
-        s = TorchSession(policy=opts.policy, trace=opts.trace, **opts.guard_kwargs)
+        self.script, self.args, self.opts = script, list(args), opts
+        self.log = RunLog(script=script, argv=list(args), started=time.time())
+        ranked = rank_from_env()  # under torchrun every rank gets the same paths: each keeps its own
+        if ranked is not None:
+            self.log.rank, self.log.world_size = ranked
+        self.sessions: list[Session] = []
+        self.observers = make_observers(opts.tensorboard_dir, opts.live)
+        self.status = 0
+        self.err: NonFiniteError | None = None
+        self.swallow_note: str | None = None
+        self.terminated: list[int] = []
+
+    # --- the adapters, installed as the script imports its framework ---------------------------
+    def _add(self, s: Any) -> None:
         s.install()
-        sessions.append(s)
-        for o in observers:
+        self.sessions.append(s)
+        for o in self.observers:
             o.watch(s)
 
-    def install_keras(just_imported: str = "") -> None:
-        if any(s.framework == "keras" for s in sessions):
+    def install_torch(self) -> None:
+        from .torch.session import TorchSession
+
+        self._add(TorchSession(policy=self.opts.policy, trace=self.opts.trace, **self.opts.guard_kwargs))
+
+    def install_keras(self, just_imported: str = "") -> None:
+        if any(s.framework == "keras" for s in self.sessions):
             return
         for name in ("tensorflow", "keras"):
             spec = getattr(sys.modules.get(name), "__spec__", None)
@@ -189,134 +204,114 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
             from .keras.session import KerasSession
         except ImportError:  # the Keras adapter needs keras 3 + tensorflow
             return
-        s = KerasSession(policy=opts.policy, trace=opts.trace, **opts.guard_kwargs)
-        s.install()
-        sessions.append(s)
-        for o in observers:
-            o.watch(s)
+        self._add(KerasSession(policy=self.opts.policy, trace=self.opts.trace, **self.opts.guard_kwargs))
 
-    hooks: dict[str, Callable[[], None]] = {}
-    if "torch" in sys.modules:
-        install_torch()
-    else:
-        hooks["torch"] = install_torch
-    if "keras" in sys.modules or "tensorflow" in sys.modules:
-        install_keras()
-    else:  # a script may import either first (tensorflow imports keras 3 itself)
-        hooks["keras"] = lambda: install_keras("keras")
-        hooks["tensorflow"] = lambda: install_keras("tensorflow")
-    finder = _PostImport(hooks)
-    sys.meta_path.insert(0, finder)
+    def _finder(self) -> _PostImport:
+        hooks: dict[str, Callable[[], None]] = {}
+        if "torch" in sys.modules:
+            self.install_torch()
+        else:
+            hooks["torch"] = self.install_torch
+        if "keras" in sys.modules or "tensorflow" in sys.modules:
+            self.install_keras()
+        else:  # a script may import either first (tensorflow imports keras 3 itself)
+            hooks["keras"] = lambda: self.install_keras("keras")
+            hooks["tensorflow"] = lambda: self.install_keras("tensorflow")
+        return _PostImport(hooks)
 
-    old_argv, old_path0 = sys.argv[:], sys.path[0] if sys.path else None
-    sys.argv = [script, *args]
-    script_dir = os.path.dirname(os.path.abspath(script))
-    sys.path.insert(0, script_dir)
-    old_term = signal.getsignal(signal.SIGTERM)
-    terminated: list[int] = []
+    # --- the run ----------------------------------------------------------------------------------
+    def run(self) -> int:
+        finder = self._finder()
+        sys.meta_path.insert(0, finder)
+        old_argv, old_path0 = sys.argv[:], sys.path[0] if sys.path else None
+        sys.argv = [self.script, *self.args]
+        script_dir = os.path.dirname(os.path.abspath(self.script))
+        sys.path.insert(0, script_dir)
+        old_term = signal.getsignal(signal.SIGTERM)
 
-    def _term(signum: int, frame: Any) -> None:
-        terminated.append(signum)
-        raise KeyboardInterrupt("SIGTERM")
+        def _term(signum: int, frame: Any) -> None:
+            self.terminated.append(signum)
+            raise KeyboardInterrupt("SIGTERM")
 
-    if old_term in (signal.SIG_DFL, None):
-        signal.signal(signal.SIGTERM, _term)
+        if old_term in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _term)
+        t0 = time.perf_counter()
+        try:
+            self._execute()
+        finally:
+            sys.argv = old_argv
+            if sys.path and sys.path[0] == script_dir:
+                sys.path.pop(0)
+            elif old_path0 is not None and script_dir in sys.path:
+                sys.path.remove(script_dir)
+            if finder in sys.meta_path:
+                sys.meta_path.remove(finder)
+            if signal.getsignal(signal.SIGTERM) is _term:
+                signal.signal(signal.SIGTERM, old_term)
+            self.log.duration_s = time.perf_counter() - t0
+            self._finish()
+        return self.status
 
-    t0 = time.perf_counter()
-    status = 0
-    swallow_note: str | None = None
-    err_to_print: NonFiniteError | None = None
-    try:
-        # an absolute __file__, as `python script.py` gives since Python 3.9
-        runpy.run_path(os.path.abspath(script), run_name="__main__")
-        log.status = "ok"
-    except NonFiniteError as err:
-        err_to_print = _complete(err, sessions)
-        log.status = "nonfinite"
-        status = EXIT_NONFINITE
-    except SystemExit as exc:
-        status = _exit_code(exc.code)
-        log.status = "ok"
-        if exc.code not in (None, 0) and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-    except KeyboardInterrupt:
-        log.status = "interrupted"
-        status = EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
-        print("nanguard run: terminated (SIGTERM)" if terminated else "nanguard run: interrupted",
-              file=sys.stderr)
-    except BaseException as exc:
+    def _execute(self) -> None:
+        """Run the script; what it ended with becomes the status and the log's ``status``."""
+        log = self.log
+        try:
+            # an absolute __file__, as `python script.py` gives since Python 3.9
+            runpy.run_path(os.path.abspath(self.script), run_name="__main__")
+            log.status = "ok"
+        except NonFiniteError as err:
+            self.err = _complete(err, self.sessions)
+            log.status, self.status = "nonfinite", EXIT_NONFINITE
+        except SystemExit as exc:
+            self.status = _exit_code(exc.code)
+            log.status = "ok"
+            if exc.code not in (None, 0) and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+        except KeyboardInterrupt:
+            log.status = "interrupted"
+            self.status = EXIT_TERMINATED if self.terminated else EXIT_INTERRUPTED
+            print("nanguard run: terminated (SIGTERM)" if self.terminated else "nanguard run: interrupted",
+                  file=sys.stderr)
+        except BaseException as exc:
+            self._crashed(exc)
+
+    def _crashed(self, exc: BaseException) -> None:
+        """The script raised something else: a non-finite value may have caused it."""
         explained = None
-        for s in sessions:
+        for s in self.sessions:
             explained = s.explain_crash(exc)
             if explained is not None:
                 break
+        self.log.error = f"{type(exc).__name__}: {exc}"
+        sys.stderr.write(_user_traceback(exc, self.script))
         if explained is not None:
-            err_to_print = explained
-            log.status = "nonfinite"
-            status = EXIT_NONFINITE
-            log.error = f"{type(exc).__name__}: {exc}"
-            sys.stderr.write(_user_traceback(exc, script))
+            self.err = explained
+            self.log.status, self.status = "nonfinite", EXIT_NONFINITE
             sys.stderr.write("\nnanguard: the error above was caused by a non-finite value:\n")
         else:
-            log.status = "error"
-            log.error = f"{type(exc).__name__}: {exc}"
-            sys.stderr.write(_user_traceback(exc, script))
-            status = 1
-    finally:
-        sys.argv = old_argv
-        if sys.path and sys.path[0] == script_dir:
-            sys.path.pop(0)
-        elif old_path0 is not None and script_dir in sys.path:
-            sys.path.remove(script_dir)
-        if finder in sys.meta_path:
-            sys.meta_path.remove(finder)
-        if signal.getsignal(signal.SIGTERM) is _term:
-            signal.signal(signal.SIGTERM, old_term)
-        log.duration_s = time.perf_counter() - t0
+            self.log.status, self.status = "error", 1
+
+    # --- the end ----------------------------------------------------------------------------------
+    def _finish(self) -> None:
         from ._run_outputs import OutputShield, write_outputs
 
         shield = OutputShield().start()  # from here on a second Ctrl-C must not cost the outputs
-        # a session that saw training steps speaks for the run (both frameworks may be imported)
-        for s in sorted(sessions, key=lambda s: bool(s.steps or s.events)):
-            log.framework = s.framework
-            log.steps = max(log.steps, s.steps)
-            log.history = s.history
-            log.events.extend(s.events)
-            log.recoveries.extend(s.recoveries)
-            s.uninstall()  # may add notes (the guarantee check under NANGUARD_VERIFY)
-            log.notes.extend(s.notes)
-        if log.status == "ok" and err_to_print is None:
-            caught = next((c for c in (s.swallowed() for s in sessions) if c is not None), None)
-            if caught is not None:  # the script swallowed the finding; it is reported anyway
-                err_to_print, swallow_note = caught
-                log.status = "nonfinite"
-                log.notes.append(swallow_note)
-                status = status or EXIT_NONFINITE
-        if log.status == "ok" and log.recoveries:
-            log.status = "recovered"
-        elif log.status == "ok" and log.events:
-            log.status = "recovered"  # skipped steps: met non-finite values, finished anyway
-        log.exit_code = status
-        for o in observers:
+        self._gather()
+        log, opts = self.log, self.opts
+        log.exit_code = self.status
+        for o in self.observers:
             o.close(log)  # the live line goes before the finding is printed
-        stop_note = _policy_stop_note(err_to_print, opts.policy)
+        stop_note = _policy_stop_note(self.err, opts.policy)
         if stop_note:
             log.notes.append(stop_note)
-        if err_to_print is not None:
+        if self.err is not None:
             sys.stdout.flush()
-            _print_stop(err_to_print, log, opts.policy, sys.stderr)
-            for note in (stop_note, swallow_note):
+            _print_stop(self.err, log, opts.policy, sys.stderr)
+            for note in (stop_note, self.swallow_note):
                 if note:
                     print(f"nanguard: {note}", file=sys.stderr)
         elif log.status == "recovered":
-            from .core.render import recovery_summary
-
-            text = recovery_summary(log.steps, log.recoveries, len(log.events), opts.policy)
-            if text:
-                sys.stdout.flush()
-                print(text + ("" if opts.json_path or opts.report_path else
-                              "\n  the run log: nanguard run --json PATH (or --report PATH)"),
-                      file=sys.stderr)
+            self._print_summary()
         # each output on its own: a full disk for one does not cost the other, nor the status
         failures = write_outputs(
             log,
@@ -325,11 +320,43 @@ def run_script(script: str, args: Sequence[str], opts: RunOptions) -> int:
         )
         for line in failures:
             print(f"nanguard run: {line}", file=sys.stderr)
-        if failures and status == 0:
-            status = 2
-        if shield.stop() is not None and status == 0:
-            status = EXIT_INTERRUPTED
-    return status
+        if failures and self.status == 0:
+            self.status = 2
+        if shield.stop() is not None and self.status == 0:
+            self.status = EXIT_INTERRUPTED
+
+    def _gather(self) -> None:
+        """The sessions' results into the run log; a finding the script swallowed stands."""
+        log = self.log
+        # a session that saw training steps speaks for the run (both frameworks may be imported)
+        for s in sorted(self.sessions, key=lambda s: bool(s.steps or s.events)):
+            log.framework = s.framework
+            log.steps = max(log.steps, s.steps)
+            log.history = s.history
+            log.events.extend(s.events)
+            log.recoveries.extend(s.recoveries)
+            s.uninstall()  # may add notes (the guarantee check under NANGUARD_VERIFY)
+            log.notes.extend(s.notes)
+        if log.status == "ok" and self.err is None:
+            caught = next((c for c in (s.swallowed() for s in self.sessions) if c is not None), None)
+            if caught is not None:  # the script swallowed the finding; it is reported anyway
+                self.err, self.swallow_note = caught
+                log.status = "nonfinite"
+                log.notes.append(self.swallow_note)
+                self.status = self.status or EXIT_NONFINITE
+        if log.status == "ok" and (log.recoveries or log.events):
+            log.status = "recovered"  # met non-finite values (skipped, recovered), finished anyway
+
+    def _print_summary(self) -> None:
+        from .core.render import recovery_summary
+
+        log, opts = self.log, self.opts
+        text = recovery_summary(log.steps, log.recoveries, len(log.events), opts.policy)
+        if text:
+            sys.stdout.flush()
+            print(text + ("" if opts.json_path or opts.report_path else
+                          "\n  the run log: nanguard run --json PATH (or --report PATH)"),
+                  file=sys.stderr)
 
 
 def _policy_stop_note(err: NonFiniteError | None, policy: str) -> str | None:

@@ -83,7 +83,7 @@ class TensorBoardObserver:
     """``--tensorboard DIR``: per-step scalars as the run goes, findings and recoveries at its end."""
 
     def __init__(self, logdir: str) -> None:
-        from ..integrations.tensorboard import TensorBoardLogger
+        from .tensorboard import TensorBoardLogger
 
         self.logger = TensorBoardLogger(logdir)
 
