@@ -36,6 +36,7 @@ __all__ = [
     "on_traits_change",
     "op_traits",
     "register_op_traits",
+    "unregister_op_traits",
     "update_norm_estimate",
 ]
 
@@ -63,6 +64,8 @@ class OpTraits:
         self_explains: its first operand is what explains a singular result (the ``x`` of
             ``log(x)``, ``x / y``): an in-place variant (``log_``) overwrites the evidence, so a
             locator copies it before the op runs.
+        uninitialized: it returns memory nothing has written yet (``empty``): whatever bits it
+            holds are no value an op made, so a locator never checks them.
         relu: a ReLU — early TensorFlow's ``ReluGrad input is not finite`` fired at its gradient.
         reads: it copies a value into Python (``.item()``, ``float(t)``).
     """
@@ -75,6 +78,7 @@ class OpTraits:
     selects: bool = False
     moves: bool = False
     self_explains: bool = False
+    uninitialized: bool = False
     relu: bool = False
     reads: bool = False
 
@@ -149,6 +153,7 @@ def _table() -> dict[str, OpTraits]:
         moves=True)
     add("log log2 log10 log1p sqrt rsqrt reciprocal exp exp2 expm1 pow acos asin atanh div",
         self_explains=True)
+    add("empty empty_like empty_strided new_empty new_empty_strided empty_permuted", uninitialized=True)
     add("relu threshold", relu=True)
     add("_local_scalar_dense", reads=True)
     return t
@@ -201,6 +206,13 @@ def register_op_traits(name: str, **traits: Any) -> OpTraits:
     for fn in list(_LISTENERS):
         fn()
     return out
+
+
+def unregister_op_traits(name: str) -> None:
+    """Undo :func:`register_op_traits` for ``name`` (the built-in traits, if any, apply again)."""
+    if _REGISTERED.pop(_key(name), None) is not None:
+        for fn in list(_LISTENERS):
+            fn()
 
 
 def on_traits_change(fn: Callable[[], None]) -> None:

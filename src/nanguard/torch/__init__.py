@@ -1,5 +1,5 @@
 """PyTorch adapter: the locator, watch, replay and the guard handle."""
 
-from .locator import Locator, locate
+from .locator import LocateOptions, Locator, locate
 
-__all__ = ["Locator", "locate"]
+__all__ = ["LocateOptions", "Locator", "locate"]

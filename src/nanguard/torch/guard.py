@@ -987,7 +987,11 @@ class Guard(RecoveryCounters, _autograd.BackwardListener):
             now_p = [p.detach().clone() for p in params]
             now_s = {p: dict(opt.state[p]) for p in params if p in opt.state}
         now_g = [p.grad for p in params]
-        loc = Locator(self.model, modules=self.modules, on_sink="record", step=step, detected_by="replay")
+        from .locator import LocateOptions
+
+        loc = Locator(self.model, modules=self.modules, options=LocateOptions(
+            on_sink="record", unused="ignore", step=step, detected_by="replay", phase="optimizer",
+            optimizer="op_by_op"))
         try:
             with torch.no_grad():
                 for p, c, g in zip(params, pclones, gclones):
@@ -997,8 +1001,6 @@ class Guard(RecoveryCounters, _autograd.BackwardListener):
                     opt.state.pop(p, None)
                 for p, st in sclones.items():
                     opt.state[p] = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in st.items()}
-            loc.in_optimizer = 1
-            loc.fast_optimizer = False
             with loc:
                 raw(opt)
         except Exception:  # a replay is evidence, never a new failure
