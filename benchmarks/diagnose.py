@@ -235,9 +235,12 @@ def check(expect: Expectation, exit_code: int | None, log: dict[str, Any] | None
     }
 
 
+RUN_FLAGS: list[str] = []  # further `nanguard run` flags (``--trace``)
+
+
 def nanguard_command(script: Path, json_path: str, policy: str = "raise") -> list[str]:
-    return [os.path.abspath(sys.executable), "-m", "nanguard", "run", "--policy", policy, "--json", json_path,
-            str(script)]
+    return [os.path.abspath(sys.executable), "-m", "nanguard", "run", *RUN_FLAGS, "--policy", policy,
+            "--json", json_path, str(script)]
 
 
 def _env() -> dict[str, str]:
@@ -424,7 +427,10 @@ def main(argv: list[str] | None = None) -> int:
                         "keras-holdout: benchmarks/scenarios/keras/holdout/*.py (the same, for Keras)")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S,
                         help=f"seconds per scenario (default {TIMEOUT_S})")
+    parser.add_argument("--trace", action="store_true",
+                        help="run each scenario under `nanguard run --trace` (every op checked)")
     args = parser.parse_args(argv)
+    RUN_FLAGS[:] = ["--trace"] if args.trace else []
     command = shlex.join(sys.orig_argv if argv is None
                          else [sys.executable, str(Path(__file__)), *argv])
     sub = {"keras": "keras", "holdout": "holdout", "keras-holdout": "keras/holdout"}.get(args.framework)

@@ -8,6 +8,8 @@ The public surface is small::
         ...
 
     guard = nanguard.attach(model, optimizer)   # watch + replay, on every step
+
+    nanguard.register_op_traits("mylib::safe_log", safe=True)   # what a custom op can do
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .core import Cause, Diagnosis, Finding, GiveUpError, NonFiniteError, diagnose
+from .core.ops import OpTraits, register_op_traits
 
 if TYPE_CHECKING:
     from .datascan import scan
@@ -29,10 +32,12 @@ __all__ = [
     "GiveUpError",
     "Guard",
     "NonFiniteError",
+    "OpTraits",
     "__version__",
     "attach",
     "diagnose",
     "locate",
+    "register_op_traits",
     "scan",
 ]
 

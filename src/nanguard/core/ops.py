@@ -1,21 +1,276 @@
-"""Framework-free knowledge about operations: canonical names and their singularities.
+"""Framework-free knowledge about operations: one table of op traits, canonical names, dtype limits.
 
 Adapters name ops in their own way (``aten.log.default``, ``aten.div_.Tensor``, TF's ``RealDiv``);
-the diagnosis rules read one canonical lower-case name (``log``, ``div``).
+:func:`canonical_op` turns them into one lower-case name (``log``, ``div``) and :func:`op_traits`
+says what nanguard knows about it: where it has a singular point, whether it can make a
+non-finite value from finite inputs at all, whether it only moves or selects values. Both
+locators (torch and Keras) and the diagnosis read this one table; custom ops join it with
+:func:`register_op_traits`, as ``torch.utils.flop_counter.register_flop_formula`` adds a FLOP
+formula::
+
+    nanguard.register_op_traits("mylib::safe_log", safe=True)        # clamps: never -inf
+    nanguard.register_op_traits("mylib::fast_rsqrt", singular="x <= 0")
+
+The table is read when an op runs under a locator (every op under ``--trace``/``locate()``, a
+failing step's ops in a replay); registering is cheap and takes effect for the next op.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
+from typing import Any
 
 __all__ = [
     "ADAPTIVE_OPTIMIZERS",
-    "LINEAR_OPS",
-    "SINGULAR_OPS",
+    "DTYPE_MAX",
+    "LOW_PRECISION",
+    "OpTraits",
     "canonical_op",
+    "dtype_max",
+    "exp_overflow",
     "forward_op_of_grad_fn",
     "norm_divisor",
+    "on_traits_change",
+    "op_traits",
+    "register_op_traits",
+    "unregister_op_traits",
+    "update_norm_estimate",
 ]
+
+
+@dataclass(frozen=True)
+class OpTraits:
+    """What an op can do to finite values.
+
+    Attributes:
+        singular: where its value has a singular point, in words (``"x <= 0"`` for ``log``):
+            finite inputs there give NaN/Inf. ``None``: no singular point in the forward pass.
+        backward_singular: where only its derivative has one (``sqrt`` at 0: finite forward,
+            infinite gradient).
+        safe: it cannot make a non-finite value from finite inputs (views, copies, ReLU, softmax,
+            dropout, pooling, ``cat``): a locator need not check its output unless an input is
+            already non-finite.
+        linear: built from sums and products (matmul, add, convolution, norms): it makes Inf only
+            by overflow, when its inputs are large.
+        explains: its output explains a singularity met by the next op (a softmax that
+            underflowed to 0 before a ``log``): a locator remembers that it made a tensor.
+        selects: it takes part of a tensor (indexing, ``select``, ``gather``): a batch is what
+            comes out of ``data[i]``.
+        moves: out of place, it only moves a value (views, ``clone``, casts): a literal that
+            passes through stays a literal.
+        self_explains: its first operand is what explains a singular result (the ``x`` of
+            ``log(x)``, ``x / y``): an in-place variant (``log_``) overwrites the evidence, so a
+            locator copies it before the op runs.
+        uninitialized: it returns memory nothing has written yet (``empty``): whatever bits it
+            holds are no value an op made, so a locator never checks them.
+        relu: a ReLU — early TensorFlow's ``ReluGrad input is not finite`` fired at its gradient.
+        reads: it copies a value into Python (``.item()``, ``float(t)``).
+    """
+
+    singular: str | None = None
+    backward_singular: str | None = None
+    safe: bool = False
+    linear: bool = False
+    explains: bool = False
+    selects: bool = False
+    moves: bool = False
+    self_explains: bool = False
+    uninitialized: bool = False
+    relu: bool = False
+    reads: bool = False
+
+
+_UNKNOWN = OpTraits()
+
+
+def _table() -> dict[str, OpTraits]:
+    t: dict[str, OpTraits] = {}
+
+    def add(names: str, **traits: Any) -> None:
+        for n in names.split():
+            t[n] = replace(t.get(n, _UNKNOWN), **traits)
+
+    # --- singular points (forward; the diagnosis says which inputs met them) ---------------------
+    add("log log2 log10", singular="x <= 0 (log 0 = -inf, log of a negative = NaN)")
+    add("log1p", singular="x <= -1")
+    add("div fmod remainder", singular="a denominator == 0")
+    add("addcdiv", singular="tensor2 == 0 (Adam with eps=0)")
+    add("reciprocal", singular="x == 0")
+    add("rsqrt", singular="x <= 0")
+    add("sqrt", singular="x < 0", backward_singular="x == 0 (d sqrt(x)/dx = 1/(2 sqrt(x)))")
+    add("pow", singular="x == 0 with a negative exponent, x < 0 with a fractional one",
+        backward_singular="x == 0 with an exponent below 1")
+    add("acos asin", singular="|x| > 1", backward_singular="|x| == 1")
+    add("atanh", singular="|x| >= 1")
+    add("acosh", singular="x < 1")
+    add("logit", singular="x <= 0 or x >= 1")
+    add("erfinv", singular="|x| >= 1")
+    add("tan", singular="x at pi/2 + k pi")
+    add("lgamma digamma polygamma", singular="x a non-positive integer")
+    add("xlogy xlog1py", singular="y <= 0 (y <= -1) where x != 0")
+    add("exp exp2 expm1 cosh sinh", singular="x large (overflow: exp(x) > the dtype's max)")
+    add("var std var_mean std_mean", singular="fewer than 2 elements (0/0)",
+        backward_singular="all elements equal (the derivative of sqrt at 0)")
+    add("mean", singular="no elements (0/0)")
+    add("norm", backward_singular="x == 0 (the derivative of sqrt at 0)")
+    add("cdist", backward_singular="two equal points (distance 0)")
+    add("atan2", backward_singular="x == y == 0")
+    add("softmax log_softmax", singular="a row that is -inf everywhere (0/0)")
+    add("logsumexp", singular="a row that is -inf everywhere")
+    add("binary_cross_entropy", singular="an input outside [0, 1]")
+
+    # --- cannot make a non-finite value from finite inputs ------------------------------------
+    add("view _unsafe_view reshape expand t transpose permute unsqueeze squeeze alias detach "
+        "as_strided contiguous clone split split_with_sizes chunk unbind narrow cat stack "
+        "index_select gather embedding select slice index _unsafe_index flip roll lift_fresh "
+        "relu threshold threshold_backward hardtanh clamp clamp_min clamp_max sigmoid tanh "
+        "softmax log_softmax abs neg where max min amax amin masked_fill "
+        "max_pool1d max_pool2d_with_indices max_pool3d_with_indices adaptive_max_pool2d "
+        "max_pool2d_with_indices_backward native_dropout native_dropout_backward "
+        "zeros_like ones_like zeros ones empty empty_like empty_strided new_empty new_zeros "
+        "new_ones new_empty_strided zero fill full full_like arange", safe=True)
+
+    # --- make Inf only by overflow ------------------------------------------------------------
+    add("mm addmm bmm baddbmm matmul linear convolution _convolution conv1d conv2d conv3d "
+        "cudnn_convolution mkldnn_convolution einsum add sub mul sum mean addcmul cumsum prod "
+        "dot mv addmv addbmm pow norm var std lstm rnn_tanh rnn_relu gru native_layer_norm "
+        "native_batch_norm _native_batch_norm_legit _native_batch_norm_legit_functional "
+        "scaled_dot_product_attention _scaled_dot_product_flash_attention "
+        "_scaled_dot_product_efficient_attention _efficient_attention_forward "
+        "threshold_backward tanh_backward sigmoid_backward gelu gelu_backward silu "
+        "silu_backward leaky_relu elu mse_loss mse_loss_backward l1_loss huber_loss copy",
+        linear=True)
+
+    # --- what a locator remembers or follows ----------------------------------------------------
+    add("softmax log_softmax sigmoid tanh exp sqrt std var var_mean std_mean norm mean sum",
+        explains=True)
+    add("select slice index index_select narrow _unsafe_index take masked_select gather",
+        selects=True)
+    add("lift_fresh detach alias clone copy view _unsafe_view expand unsqueeze squeeze reshape",
+        moves=True)
+    add("log log2 log10 log1p sqrt rsqrt reciprocal exp exp2 expm1 pow acos asin atanh div",
+        self_explains=True)
+    add("empty empty_like empty_strided new_empty new_empty_strided empty_permuted", uninitialized=True)
+    add("relu threshold", relu=True)
+    add("_local_scalar_dense", reads=True)
+    return t
+
+
+_BUILTIN: Mapping[str, OpTraits] = MappingProxyType(_table())
+_REGISTERED: dict[str, OpTraits] = {}
+_LISTENERS: list[Callable[[], None]] = []
+
+
+def _key(name: str) -> str:
+    # a custom op's qualified name (``mylib::safe_log``) is kept as written; aten's
+    # (``aten::log_``) and any other spelling (``aten.log.default``, TF's ``RealDiv``) is
+    # canonicalised, so one entry covers an op and its in-place and ``_foreach_`` variants
+    ns, sep, op = name.partition("::")
+    if sep and ns != "aten":
+        return name
+    return canonical_op(op if sep else name)
+
+
+def op_traits(name: str | None, qualified: str | None = None) -> OpTraits:
+    """The traits of an op: registered ones first (by ``qualified`` name, ``"mylib::safe_log"``,
+    when the adapter has one, then by ``name``), then the built-in table; an op nanguard knows
+    nothing about gets the defaults (not safe, no known singular point)."""
+    if _REGISTERED:
+        for n in (qualified, name):
+            hit = _REGISTERED.get(_key(n)) if n else None
+            if hit is not None:
+                return hit
+    return _BUILTIN.get(canonical_op(name), _UNKNOWN) if name else _UNKNOWN
+
+
+def register_op_traits(name: str, **traits: Any) -> OpTraits:
+    """Tell nanguard what a custom op can do, for every locator from the next op on.
+
+    ``name`` is the op's qualified name for a torch custom op (``"mylib::safe_log"``, as
+    ``torch.library`` defines it), or any name :func:`canonical_op` understands (a TensorFlow op
+    type such as ``"MyCustomOp"``). ``traits`` are the fields of :class:`OpTraits`; those not given
+    keep the built-in values of an op of that name (none for a new op). Returns the traits now in
+    force. Registering the same name again replaces them.
+    """
+    valid = {f.name for f in fields(OpTraits)}
+    unknown = sorted(set(traits) - valid)
+    if unknown:
+        raise TypeError(f"register_op_traits: unknown trait(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
+    key = _key(name)
+    # a custom op is only what its author says it is; a known op keeps what is not restated
+    out = replace(_BUILTIN.get(key, _UNKNOWN), **traits)
+    _REGISTERED[key] = out
+    for fn in list(_LISTENERS):
+        fn()
+    return out
+
+
+def unregister_op_traits(name: str) -> None:
+    """Undo :func:`register_op_traits` for ``name`` (the built-in traits, if any, apply again)."""
+    if _REGISTERED.pop(_key(name), None) is not None:
+        for fn in list(_LISTENERS):
+            fn()
+
+
+def on_traits_change(fn: Callable[[], None]) -> None:
+    """Call ``fn`` after each :func:`register_op_traits` (an adapter's per-op cache clears)."""
+    _LISTENERS.append(fn)
+
+
+# --- dtype limits -------------------------------------------------------------------------------
+
+#: the largest finite value of each floating dtype
+DTYPE_MAX: Mapping[str, float] = MappingProxyType({
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+    "float32": 3.4028234663852886e38,
+    "float64": 1.7976931348623157e308,
+})
+#: dtypes whose range a float32 computation would not overflow (low-precision evidence)
+LOW_PRECISION = frozenset({"float16", "bfloat16"})
+
+
+def dtype_max(dtype: str | None) -> float | None:
+    """The largest finite value of ``dtype`` (``"float16"``, ``"torch.bfloat16"``, ``"half"``)."""
+    if not dtype:
+        return None
+    name = str(dtype).rsplit(".", 1)[-1]
+    name = {"half": "float16", "float": "float32", "double": "float64"}.get(name, name)
+    return DTYPE_MAX.get(name)
+
+
+def exp_overflow(dtype: str | None) -> float | None:
+    """``x`` above which ``exp(x)`` overflows ``dtype`` (88.7 in float32)."""
+    top = dtype_max(dtype)
+    return math.log(top) if top else None
+
+
+# --- optimizers ---------------------------------------------------------------------------------
+
+#: optimizers whose per-element step is about ``lr`` whatever the gradient's scale
+ADAPTIVE_OPTIMIZERS = frozenset(
+    {"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "Adafactor",
+     "SparseAdam", "Lion", "Adam8bit", "AdamWScheduleFree", "Nadam", "Adamw"}
+)
+
+
+def update_norm_estimate(
+    optimizer: str | None, lr: float | None, grad_norm: float | None, num_params: int | None
+) -> float | None:
+    """Estimated ``|Δw|`` of one step: ``lr·|g|`` for SGD-like updates, ``lr·sqrt(n)`` for
+    adaptive ones (Adam's per-element step is about ``lr``)."""
+    if lr is None:
+        return None
+    if optimizer in ADAPTIVE_OPTIMIZERS:
+        return lr * num_params**0.5 if num_params else None
+    return lr * grad_norm if grad_norm is not None else None
+
+
+# --- names --------------------------------------------------------------------------------------
 
 _TF_NAMES = {
     "realdiv": "div",
@@ -49,55 +304,17 @@ _TF_NAMES = {
     "square": "pow",
     "xlogy": "xlogy",
 }
-
-#: Ops whose result overflows when their inputs are merely large (the "blew up" family).
-LINEAR_OPS = frozenset(
-    {
-        "mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "conv1d", "conv2d",
-        "conv3d", "cudnn_convolution", "mkldnn_convolution", "_convolution", "einsum", "add",
-        "sub", "mul", "sum", "mean", "addcmul", "lstm", "rnn_tanh", "rnn_relu", "gru",
-        "native_layer_norm", "native_batch_norm", "_native_batch_norm_legit",
-        "_native_batch_norm_legit_functional", "cumsum", "prod", "pow", "square", "threshold_backward",
-        "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_efficient_attention", "_efficient_attention_forward", "dot", "mv",
-        "addmv", "addbmm", "linalg_vector_norm", "norm", "_foreach_norm", "var", "std",
-        "embedding", "tanh_backward", "sigmoid_backward", "gelu", "gelu_backward", "silu",
-        "silu_backward", "relu", "leaky_relu", "elu", "clone", "copy", "_to_copy", "cat",
-        "stack", "mse_loss", "mse_loss_backward", "l1_loss", "huber_loss",
-    }
-)
-
-#: Ops with a singularity in their domain (forward or backward).
-SINGULAR_OPS = frozenset(
-    {
-        "log", "log2", "log10", "log1p", "div", "reciprocal", "sqrt", "rsqrt", "pow", "acos",
-        "asin", "atanh", "acosh", "exp", "exp2", "expm1", "fmod", "remainder", "xlogy", "lgamma",
-        "digamma", "polygamma", "erfinv", "tan", "var", "std", "var_mean", "std_mean", "mean",
-        "linalg_vector_norm", "norm", "logit", "special_xlog1py", "cosh", "sinh",
-        "_softmax", "softmax", "_log_softmax", "log_softmax", "logsumexp", "binary_cross_entropy",
-        "addcdiv", "_foreach_addcdiv", "_foreach_div", "_foreach_sqrt", "_foreach_reciprocal",
-    }
-)
-
-#: optimizers whose per-element step is about ``lr`` whatever the gradient's scale
-ADAPTIVE_OPTIMIZERS = frozenset(
-    {"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "Adafactor",
-     "SparseAdam", "Lion", "Adam8bit", "AdamWScheduleFree", "Nadam", "Adamw"}
-)
-
-
-def update_norm_estimate(
-    optimizer: str | None, lr: float | None, grad_norm: float | None, num_params: int | None
-) -> float | None:
-    """Estimated ``|Δw|`` of one step: ``lr·|g|`` for SGD-like updates, ``lr·sqrt(n)`` for
-    adaptive ones (Adam's per-element step is about ``lr``)."""
-    if lr is None:
-        return None
-    if optimizer in ADAPTIVE_OPTIMIZERS:
-        return lr * num_params**0.5 if num_params else None
-    return lr * grad_norm if grad_norm is not None else None
-
-
+_ALIASES = {
+    "true_divide": "div",
+    "divide": "div",
+    "floor_divide": "div",
+    "_softmax": "softmax",
+    "_log_softmax": "log_softmax",
+    "square": "pow",
+    "special_xlog1py": "xlog1py",
+    "linalg_vector_norm": "norm",
+    "_to_copy": "copy",
+}
 _SUFFIX = re.compile(r"Backward\d*$")
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 _TF_GRAD = re.compile(r"_?([A-Z][A-Za-z0-9]*?)Grad")
@@ -121,18 +338,7 @@ def canonical_op(op: str | None) -> str:
     if name.startswith("_foreach_"):
         name = name[len("_foreach_") :]
     name = name.rstrip("_")
-    aliases = {
-        "true_divide": "div",
-        "divide": "div",
-        "floor_divide": "div",
-        "_softmax": "softmax",
-        "_log_softmax": "log_softmax",
-        "square": "pow",
-        "special_xlog1py": "xlog1py",
-        "linalg_vector_norm": "norm",
-        "_to_copy": "copy",
-    }
-    return aliases.get(name, name)
+    return _ALIASES.get(name, name)
 
 
 def forward_op_of_grad_fn(grad_fn: str | None) -> str | None:

@@ -47,7 +47,7 @@ from ..core.finding import Finding
 from ..core.history import History
 from ..torch._recorder import RngState
 from ..torch.guard import Guard
-from ..torch.locator import locate
+from ..torch.locator import LocateOptions, locate
 from ..torch.snapshot import floating_buffers
 from ._common import RunRecord
 
@@ -148,7 +148,7 @@ class NanGuardCallback(TrainerCallback, RunRecord):
         now = RngState.capture()
         rng.restore()
         try:
-            with torch.enable_grad(), locate(model, step=finding.step):
+            with torch.enable_grad(), locate(model, step=finding.step, options=LocateOptions(unused="ignore")):
                 out = model(*args, **kwargs)
                 loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
                 if not isinstance(loss, torch.Tensor):

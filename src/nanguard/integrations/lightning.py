@@ -52,7 +52,7 @@ from ..core.ops import update_norm_estimate
 from ..core.policy import Recovery, RecoveryCounters
 from ..torch import _dist
 from ..torch._recorder import RngState
-from ..torch.locator import locate
+from ..torch.locator import LocateOptions, locate
 from ..torch.snapshot import Snapshotter, floating_buffers
 from ..torch.watch import NormCheck, check_grads, check_params
 from ._common import RunRecord
@@ -301,7 +301,8 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
             rng.restore()
         ctx = getattr(trainer.precision_plugin, "train_step_context", None)
         try:
-            with torch.enable_grad(), (ctx() if ctx else _null()), locate(pl_module, step=step):
+            with torch.enable_grad(), (ctx() if ctx else _null()), \
+                    locate(pl_module, step=step, options=LocateOptions(unused="ignore")):
                 out = pl_module.training_step(batch, batch_idx)
                 loss = out.get("loss") if isinstance(out, Mapping) else out
                 if not isinstance(loss, torch.Tensor):

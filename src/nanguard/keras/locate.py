@@ -38,6 +38,7 @@ import numpy as np
 
 from ..core.errors import NonFiniteError
 from ..core.finding import Finding, TensorStats
+from ..core.ops import LOW_PRECISION, OpTraits, dtype_max, on_traits_change, op_traits
 from ..core.source import SourceLocation, user_frame
 from . import _patches
 from ._compat import run_eagerly, tf, values_of, var_handle_id, var_path
@@ -47,7 +48,16 @@ __all__ = ["Locator", "locate"]
 
 _SEQ = itertools.count()
 _ASSIGN = frozenset({"AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp"})
-_RELU = frozenset({"Relu"})
+_TRAITS: dict[str, OpTraits] = {}  # TF op type -> traits from the core table (cached per type)
+on_traits_change(_TRAITS.clear)
+
+
+def _traits(op_type: str) -> OpTraits:
+    t = _TRAITS.get(op_type)
+    if t is None:
+        t = _TRAITS[op_type] = op_traits(op_type)
+    return t
+
 _LOW_ENUMS = {tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum}
 
 
@@ -424,7 +434,7 @@ class Locator:
             f.module, f.module_type, f.source, f.source_code = w.path, w.typ, w.source, w.code
         for o in bad:
             self._tracked[o._id] = inherited
-        if op_type in _RELU and phase == "forward":
+        if phase == "forward" and _traits(op_type).relu:
             # early TensorFlow wrapped the forward output of every ReLU in a check_numerics when
             # it built ReluGrad: the last ReLU a non-finite value passes is the first ReluGrad of
             # the backward pass, where "ReluGrad input is not finite" fired
@@ -446,7 +456,7 @@ class Locator:
             if not _float(o):
                 continue
             a = to_numpy(o)
-            big = float(tf.as_dtype(o.dtype).max)
+            big = dtype_max(o.dtype.name) or float(tf.as_dtype(o.dtype).max)
             if a.size and float(np.abs(a).max()) >= big:
                 self._tracked[o._id] = origin
                 w = where or self._where(phase)
@@ -549,7 +559,7 @@ class Locator:
             scalars=scalars,
             details=details,
         )
-        if out.dtype in (tf.float16, tf.bfloat16) and (f.posinf or f.neginf or f.nan):
+        if f.dtype in LOW_PRECISION and (f.posinf or f.neginf or f.nan):
             _float32_check(op_type, inputs, attrs, f)
         return Origin(f)
 

@@ -18,7 +18,7 @@ from torch import nn
 from ..core.finding import Finding
 from ..core.history import History
 from ._modules import ModuleStack
-from .locator import Locator
+from .locator import LocateOptions, Locator
 
 __all__ = ["UpdateReplay"]
 
@@ -116,7 +116,9 @@ class UpdateReplay:
             now_p = [p.detach().clone() for p in params]
             now_s = {p: dict(opt.state[p]) for p in params if p in opt.state}
         now_g = [p.grad for p in params]
-        loc = Locator(model, modules=modules, on_sink="record", step=step, detected_by="replay")
+        loc = Locator(model, modules=modules, options=LocateOptions(
+            on_sink="record", unused="ignore", step=step, detected_by="replay", phase="optimizer",
+            optimizer="op_by_op"))
         try:
             with torch.no_grad():
                 for p, c, g in zip(params, pclones, gclones):
@@ -126,8 +128,6 @@ class UpdateReplay:
                     opt.state.pop(p, None)
                 for p, st in sclones.items():
                     opt.state[p] = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in st.items()}
-            loc.in_optimizer = 1
-            loc.fast_optimizer = False
             with loc:
                 raw(opt)
         except Exception:  # a replay is evidence, never a new failure

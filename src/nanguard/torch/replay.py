@@ -19,7 +19,9 @@ from torch import nn
 
 from ..core.finding import Finding
 from . import _autograd
+from ._mode import LocatorMode
 from ._modules import ModuleStack, storage_key, unwrap
+from ._options import LocateOptions
 from ._recorder import (
     Backward,
     Event,
@@ -32,7 +34,7 @@ from ._recorder import (
     mutated_args,
 )
 from ._stats import checkable
-from .locator import Locator, graph_leaves
+from .locator import graph_leaves
 
 __all__ = ["replay"]
 
@@ -112,7 +114,7 @@ def replay(
     step: int | None,
     sinks: Sequence[tuple[Ref, str]] = (),
 ) -> tuple[Finding | None, dict[str, Any]]:
-    """Re-run ``events`` under a recording :class:`Locator`; return its first finding.
+    """Re-run ``events`` under a recording locator; return its first finding.
 
     ``sinks`` are further values that must stay finite, made by recorded events (e.g. the total
     norm that ``clip_grad_norm_`` returned), with a description for the finding.
@@ -123,7 +125,11 @@ def replay(
     if model is not None:
         roots.insert(0, model)
     stack = ModuleStack(model)
-    loc = Locator(model, modules=stack, on_sink="record", step=step, detected_by="replay")
+    values = _Values()
+    loc = LocatorMode(model, modules=stack, options=LocateOptions(
+        on_sink="record", unused="ignore", step=step, detected_by="replay", frame_stop=_STOP,
+        is_grad=values.is_grad,
+    ))
     for r in roots:
         stack.roots_seen.add(r)
     scale: list[tuple[str, float]] = []
@@ -139,10 +145,7 @@ def replay(
             scale.append((stack.path_of(mod), v))
 
     stack.on_exit = on_exit
-    values = _Values()
     complete = True
-    loc.frame_stop = _STOP
-    loc.is_grad = values.is_grad
     produced: set[int] = set()
     grad_fn = _autograd.original_grad()
     stack.install()
@@ -171,14 +174,12 @@ def replay(
                     if ref.event == i and t is not None and checkable(t) and not bool(torch.isfinite(t).all()):
                         origin = loc.origin_of(t)
                         if origin is not None:  # the extra sinks are clip_grad_norm_'s total norms
-                            loc._reached(origin, what, sink=what,
-                                         clip_total_norm=float(t.detach().float().abs().max()))
+                            loc.reach(origin, what, sink=what,
+                                      clip_total_norm=float(t.detach().float().abs().max()))
                 if loc.findings:
                     break
     finally:
         stack.remove()
-        loc.source_override = None
-        loc.is_grad = None
     extra: dict[str, Any] = {"activation_scale": scale, "complete": complete}
     finding = loc.findings[0] if loc.findings else None
     if finding is not None and loc.notes:
@@ -186,7 +187,7 @@ def replay(
     return finding, extra
 
 
-def _run_op(ev: TapeOp, i: int, values: _Values, loc: Locator, produced: set[int]) -> None:
+def _run_op(ev: TapeOp, i: int, values: _Values, loc: LocatorMode, produced: set[int]) -> None:
     if ev.prelude is not None:
         # the last step's hand-written update: already in the weights this step used
         for j, t in enumerate(ev.prelude):
@@ -210,12 +211,8 @@ def _run_op(ev: TapeOp, i: int, values: _Values, loc: Locator, produced: set[int
         ev.rng.restore()
     if ev.generator is not None:
         ev.generator[0].set_state(ev.generator[1])
-    loc.source_override = ev.source
-    try:
-        with torch.set_grad_enabled(ev.grad_enabled):
-            out = ev.func(*args, **kwargs)
-    finally:
-        loc.source_override = None
+    with loc.running(source=ev.source), torch.set_grad_enabled(ev.grad_enabled):
+        out = ev.func(*args, **kwargs)
     outs = mut if mut else _flat(out)
     ins = {storage_key(a) for a in _flat([args, kwargs])}
     for j, t in enumerate(outs):
@@ -225,38 +222,31 @@ def _run_op(ev: TapeOp, i: int, values: _Values, loc: Locator, produced: set[int
             produced.add(key)
 
 
-def _run_root(ev: RootCall, i: int, values: _Values, loc: Locator, produced: set[int]) -> None:
+def _run_root(ev: RootCall, i: int, values: _Values, loc: LocatorMode, produced: set[int]) -> None:
     args = values.resolve(ev.args)
     kwargs = values.resolve(ev.kwargs)
     ev.rng.restore()
-    loc.call_source = ev.source
     # torch.compile'd: the replay runs the same module eagerly; DistributedDataParallel: the
     # module itself, with no gradient all-reduce (the other ranks are not in the replay)
     module = unwrap(ev.module)
     if isinstance(getattr(ev.module, "_orig_mod", None), nn.Module):
-        loc.notes.add("the model is compiled with torch.compile; the replay ran it eagerly")
-    try:
-        with torch.set_grad_enabled(ev.grad_enabled), contextlib.ExitStack() as regions:
-            # the autocast regions the call ran in, and none other (a replay may start inside one)
-            on = dict(ev.autocast)
-            for dev in set(on) | {d for d, _ in autocast_state()}:
-                regions.enter_context(torch.autocast(dev, dtype=on.get(dev), enabled=dev in on))
-            out = module(*args, **kwargs)
-    finally:
-        loc.call_source = None
+        loc.note("the model is compiled with torch.compile; the replay ran it eagerly")
+    with loc.running(call=ev.source), torch.set_grad_enabled(ev.grad_enabled), contextlib.ExitStack() as regions:
+        # the autocast regions the call ran in, and none other (a replay may start inside one)
+        on = dict(ev.autocast)
+        for dev in set(on) | {d for d, _ in autocast_state()}:
+            regions.enter_context(torch.autocast(dev, dtype=on.get(dev), enabled=dev in on))
+        out = module(*args, **kwargs)
     for j, t in enumerate(_flat(out)):
         values.made[Ref(i, j)] = t
         produced.add(storage_key(t))
 
 
-def _run_backward(ev: Backward, values: _Values, loc: Locator, grad_fn: Any) -> None:
+def _run_backward(ev: Backward, values: _Values, loc: LocatorMode, grad_fn: Any) -> None:
     roots = values.resolve(ev.roots)
     grads = values.resolve(ev.grads)
-    loc.source_override = ev.source
-    try:
+    with loc.running(source=ev.source):
         loc.check_roots(roots)
-    finally:
-        loc.source_override = None
     if loc.findings:
         return
     pairs = [(r, g) for r, g in zip(roots, grads + [None] * (len(roots) - len(grads)))
@@ -270,7 +260,7 @@ def _run_backward(ev: Backward, values: _Values, loc: Locator, grad_fn: Any) -> 
     if not leaves:
         return
     res = grad_fn(rs, leaves, gs, retain_graph=True, allow_unused=True)
-    loc.post_backward = True
+    loc.after_backward(())  # code after it reads the replayed gradients (values.is_grad)
     for leaf, g in zip(leaves, res):
         if g is not None and leaf.grad is not None:
             # code after backward() (clipping, a hand-written update) reads leaf.grad: give it

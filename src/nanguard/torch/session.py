@@ -2,20 +2,25 @@
 
 Installed as soon as the script imports torch. It watches every optimizer (or, without one,
 every ``backward()``), with the modules the script calls discovered as it runs. ``trace=True``
-also keeps a locator on every op, for code that has no optimizer step to hook.
+also keeps a locator on every op, for code that has no optimizer step to hook: a value an op
+makes non-finite from finite inputs is then a finding wherever it goes — checked at each step's
+end, and when the script's top-level code ends (:mod:`nanguard.core.script_end`). A run that
+ends without a step says so in its notes (and on stderr), with what would have watched it.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from typing import Any
 
 from ..core.diagnosis import diagnose
 from ..core.errors import NonFiniteError
+from ..core.script_end import ScriptEnd
 from ..core.session import GuardSession
 from .guard import _SESSION, Guard
-from .locator import Locator, _LocateListener
+from .locator import LocateOptions, Locator
 from .replay import replay
 
 __all__ = ["TorchSession"]
@@ -32,7 +37,7 @@ class TorchSession(GuardSession):
         self.guard = Guard(None, None, policy=policy, **guard_kwargs)
         self.trace = trace
         self._locator: Locator | None = None
-        self._handles: list[Any] = []
+        self._script_end: ScriptEnd | None = None
         self.notes: list[str] = []
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -43,42 +48,74 @@ class TorchSession(GuardSession):
         self.guard.install()
         _SESSION.append(self.guard)  # a script's own attach() adopts this guard
         if self.trace:
-            from . import _autograd
-
             # the tracer sees every op itself: the step recorder would only add cost
             self.guard.recorder.resume_tape = False
             self.guard.recorder.tape_off()
             self.guard.replay_enabled = False
-            loc = Locator(None, modules=self.guard.modules, on_sink="raise", detected_by="trace")
+            self._script_end = ScriptEnd(self._script_ended, sys.argv[0] if sys.argv else None)
+            loc = Locator(None, modules=self.guard.modules, on_open=self._unused_changed,
+                          options=LocateOptions(on_sink="raise", detected_by="trace"))
             self._locator = loc
-            self.guard.modules.on_exit = loc.tag_module_output
-            self._handles.append(_autograd.add_backward_listener(_LocateListener(loc)))
-            self._handles.append(_autograd.add_optimizer_listener(loc.optimizer_pre, loc.optimizer_post))
-            self.guard.on_step_end.append(self._sync_step)
+            self.guard.on_step_end.append(self._step_ended)
             loc.__enter__()
 
     def uninstall(self) -> None:
-        self.notes.extend(self.uninstall_notes())
+        notes = self.uninstall_notes()
+        self.notes.extend(notes)
+        for note in notes:
+            if not note.startswith("verify:"):
+                print(f"nanguard: {note}", file=sys.stderr)
+        if self._script_end is not None:
+            self._script_end.disarm()
         if self._locator is not None:
-            from torch.utils._python_dispatch import _get_current_dispatch_mode
-
-            if _get_current_dispatch_mode() is self._locator:
-                self._locator.__exit__(None, None, None)
+            self._locator.close()
             self._locator = None
-        for h in self._handles:
-            h.remove()
-        self._handles = []
         self.guard._adopted = 0
         self.guard.detach()
 
-    def _sync_step(self) -> None:
+    def _step_ended(self) -> None:
         if self._locator is not None:
-            self._locator.step = self.guard.step
+            self._locator.end_step(self.guard.step)
+
+    def _unused_changed(self, unused: bool) -> None:
+        """The tracer holds values made non-finite from finite inputs that no op used (yet):
+        check the end of the script meanwhile."""
+        if self._script_end is None:
+            return
+        if unused:
+            self._script_end.arm()
+        else:
+            self._script_end.disarm()
+
+    def _script_ended(self) -> None:
+        if self._locator is not None:
+            self._locator.settle("when the script ended")
 
     # --- results --------------------------------------------------------------------------------
     def uninstall_notes(self) -> list[str]:
-        """Notes for the run log, gathered at the end (guarantee checks under NANGUARD_VERIFY)."""
-        return self.verify_notes()
+        """Notes for the run log, gathered when the script has ended: the guarantee check under
+        ``NANGUARD_VERIFY``, a run that no step let nanguard watch, values the tracer could not
+        judge (the last two are printed on stderr too)."""
+        return self.verify_notes() + self._unwatched_note() + self._unjudged_note()
+
+    def _unwatched_note(self) -> list[str]:
+        g = self.guard
+        if g.step or g.backward_calls or g.findings:
+            return []
+        if "nanguard.keras.session" in sys.modules:
+            return []  # a Keras run with torch imported beside it: the Keras session speaks
+        if self.trace:
+            return ["no optimizer step and no backward() ran; --trace checked every op"]
+        return ["no optimizer step and no backward() ran: nothing was watched; "
+                "--trace checks every op (nanguard run --trace ...)"]
+
+    def _unjudged_note(self) -> list[str]:
+        loc = self._locator
+        if loc is None or not loc.has_unused or loc.findings or self.guard.findings:
+            return []
+        return ["--trace: values an op made non-finite from finite inputs were still unused when "
+                "the script stopped, not judged (it ended with an error of its own, or under a "
+                "debugger or coverage tracer)"]
 
     def explain_crash(self, exc: BaseException) -> NonFiniteError | None:
         """The script raised something else: did a non-finite value cause it?
