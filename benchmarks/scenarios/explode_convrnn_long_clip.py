@@ -1,5 +1,5 @@
-# expect: {"cause": "exploding-gradients", "phase": "backward", "op": "aten.convolution_backward.default", "module": "cell.hh"}
-# about: a convolutional tanh RNN for video frames with a large recurrent kernel init; the forward stays bounded by tanh but the gradient grows with clip length, and one long clip overflows the backward.
+# expect: {"cause": "exploding-gradients", "phase": "backward", "op": ["aten.convolution_backward.default", "aten.add.Tensor"], "module": "cell.hh"}
+# about: a convolutional tanh RNN for video frames with a large recurrent kernel init; the forward stays bounded by tanh but the gradient grows with clip length, and one long clip overflows the backward (in `cell.hh`'s convolution backward, or in the sum of its weight gradient over the time steps, depending on the CPU's convolution kernels: at 360 frames some CPUs' backward stayed finite and Adam's squares overflowed instead, so the clip is 400 frames long).
 import os
 
 import torch
@@ -40,7 +40,7 @@ class Nowcaster(nn.Module):
 def clips(n=30):
     g = torch.Generator().manual_seed(2)
     for i in range(n):
-        length = 360 if i == 12 else int(torch.randint(6, 12, (1,), generator=g))
+        length = 400 if i == 12 else int(torch.randint(6, 12, (1,), generator=g))
         frames = torch.rand(4, length + 1, 1, 8, 8, generator=g)
         yield frames[:, :-1], frames[:, -1]
 
