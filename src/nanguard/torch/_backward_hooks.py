@@ -81,11 +81,24 @@ class BackwardHooks(GuardBase, _autograd.BackwardListener):
             self._end_step()
             self._backward_steps += 1
 
+    def loss_scaled(self, outputs: Any) -> None:
+        """``GradScaler.scale(loss)`` was called: keep the unscaled loss — a scale far too large
+        (``init_scale=2**127``) can overflow the scaled one; the loss is bad only if it is."""
+        ts = [outputs] if isinstance(outputs, torch.Tensor) else [
+            t for t in (outputs if isinstance(outputs, (list, tuple)) else []) if isinstance(t, torch.Tensor)]
+        self._unscaled.extend(t.detach() for t in ts if t.is_floating_point())
+
+    def _loss_bad(self) -> bool:
+        """Is the step's loss itself not finite (NaN, or Inf from a forward overflow)? Read from
+        the unscaled loss when a GradScaler scaled it, else from the backward's roots."""
+        ts = self._unscaled or self._losses
+        return not all(bool(torch.isfinite(x).all()) for x in ts)
+
     def _scaler_owns(self, chk: NormCheck) -> bool:
         """Non-finite gradients from a finite loss while a dynamic loss scaler with room to
         shrink is alive: the scaler skips this update itself (its first steps often do)."""
-        if not all(math.isfinite(v) for v in chk.losses[: self._n_losses]):
-            return False  # the (scaled, float32) loss itself is not finite: no scale can fix it
+        if self._loss_bad():
+            return False  # the loss itself is not finite: no scale can fix it
         return any(scale_of(s) > 1.0 for s in self._scalers_all())
 
     def clip_called(self, total_norm: Any, max_norm: float) -> None:
@@ -108,9 +121,7 @@ class BackwardHooks(GuardBase, _autograd.BackwardListener):
         if stepped:
             self.controller.scaler_stepped()
             return
-        # a non-finite loss (NaN, or Inf from a forward overflow) is no scale's doing: a
-        # float32 loss times a scale of 2**24 overflows only beyond 1e31
-        nan_loss = not all(bool(torch.isfinite(x).all()) for x in self._losses)
+        nan_loss = self._loss_bad()  # a loss that is itself not finite is no scale's doing
         reason = self.controller.scaler_skipped(nan_loss=nan_loss, scale=scale_of(scaler))
         self._n_losses = len(self._losses)
         if reason is None:

@@ -59,6 +59,7 @@ class GuardBase:
     _schedulers: weakref.WeakSet[Any]
     _scalers: weakref.WeakSet[Any]
     _losses: list[torch.Tensor]
+    _unscaled: list[torch.Tensor]
     _pending: NormCheck | None
     _hidden_grads: list[tuple[torch.Tensor, torch.Tensor | None]]
     _saved_lrs: list[Any]
@@ -90,6 +91,10 @@ class GuardBase:
     @recovery.setter
     def recovery(self, value: Recovery) -> None:
         self.controller.recovery = value
+
+    def _loss_bad(self) -> bool:
+        """Is the step's loss itself not finite (:class:`BackwardHooks`)?"""
+        raise NotImplementedError
 
     def _adopt_primary(self, opt: torch.optim.Optimizer) -> None:
         """Make ``opt`` the step marker (:class:`~nanguard.torch._optimizer_hooks.OptimizerHooks`)."""
@@ -200,6 +205,7 @@ class GuardBase:
     def _end_step(self) -> None:
         self.step += 1
         self._losses = []
+        self._unscaled = []
         self._clip_norms = []
         self._sinks = []
         self._pending = None

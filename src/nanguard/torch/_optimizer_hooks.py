@@ -84,7 +84,7 @@ class OptimizerHooks(GuardBase):
             # the closure's forward and backward are the step's: record them, like a step
             self.recorder.paused = max(0, self.recorder.paused - 1)
             self.recorder.new_step()
-            self._losses, self._clip_norms, self._sinks = [], [], []
+            self._losses, self._unscaled, self._clip_norms, self._sinks = [], [], [], []
             self._in_closure = True
             if not self.recorder.paused and not self.modules.depth:
                 self.recorder.tape_on()
@@ -120,8 +120,7 @@ class OptimizerHooks(GuardBase):
         chk, pchk = check([p.grad for p in params], [*self._losses, *self._clip_norms], weights)
         if pchk is not None:
             self._weights_checked(opt, pchk, wnames)
-        losses_ok = all(math.isfinite(v) for v in chk.losses[: self._n_losses])
-        if not chk.finite and not chk.bad and self._scalers_all() and losses_ok and \
+        if not chk.finite and not chk.bad and self._scalers_all() and not self._loss_bad() and \
                 not any(math.isnan(v) for v in chk.losses):
             # a GradScaler scaled the loss until it overflowed, but the unscaled gradients it
             # passed on are finite: the scaler's business, not a failure (a NaN loss still is)

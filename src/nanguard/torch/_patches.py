@@ -115,6 +115,8 @@ def _scaler_scale(orig: Callable[..., Any]) -> Callable[..., Any]:
         from .snapshot import SCALERS
 
         SCALERS.add(self)
+        for g in list(_guards):
+            g.loss_scaled(outputs)  # the unscaled loss: is it finite itself?
         return orig(self, outputs)
 
     return scale

@@ -110,6 +110,7 @@ class Guard(OptimizerHooks, BackwardHooks, RecoveryCounters):
         self._schedulers: weakref.WeakSet[Any] = weakref.WeakSet(schedulers)
         self._scalers: weakref.WeakSet[Any] = weakref.WeakSet([scaler] if scaler is not None else [])
         self._losses: list[torch.Tensor] = []
+        self._unscaled: list[torch.Tensor] = []  # the losses a GradScaler scaled, unscaled
         self._pending: NormCheck | None = None
         self._hidden_grads: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         self._saved_lrs: list[Any] = []
