@@ -232,6 +232,26 @@ def _draw(
     return handles
 
 
+#: matplotlib settings of every plot (plus a distinct ``svg.hashsalt`` each)
+_RC: dict[str, Any] = {
+    "svg.fonttype": "none",  # text stays text: searchable, and drawn in the page's font
+    "font.family": "sans-serif",
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e6e6e6",
+    "grid.linewidth": 0.6,
+    "axes.edgecolor": "#888888",
+    "axes.titlesize": 9,
+    "axes.titlecolor": "#5b6475",
+    "legend.fontsize": 8,
+    "legend.frameon": True,
+    "legend.framealpha": 0.85,
+    "legend.edgecolor": "#ffffff",
+}
+
+
 def _plot_svg(
     key: str,
     lines: Lines,
@@ -253,24 +273,8 @@ def _plot_svg(
     import matplotlib
     from matplotlib.figure import Figure
 
-    rc: Any = {
-        "svg.hashsalt": f"nanguard-{key}",  # distinct element ids for each inline SVG
-        "svg.fonttype": "none",  # text stays text: searchable, and drawn in the page's font
-        "font.family": "sans-serif",
-        "font.size": 9,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "axes.grid": True,
-        "grid.color": "#e6e6e6",
-        "grid.linewidth": 0.6,
-        "axes.edgecolor": "#888888",
-        "axes.titlesize": 9,
-        "axes.titlecolor": "#5b6475",
-        "legend.fontsize": 8,
-        "legend.frameon": True,
-        "legend.framealpha": 0.85,
-        "legend.edgecolor": "#ffffff",
-    }
+    # distinct element ids for each inline SVG
+    rc: Any = {**_RC, "svg.hashsalt": f"nanguard-{key}"}
     if own_range:
         xs = [s for steps, _ in lines.values() for s in steps]
     else:
