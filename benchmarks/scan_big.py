@@ -5,11 +5,12 @@
 Writes a 1.1 GB float32 NPY (4.3M rows × 64) and a 1.1 GB CSV (7M rows × 8) into DIR (default:
 a temporary directory), plants a NaN and an Inf in each, and scans each in a fresh process at
 the default chunk size, printing seconds, throughput and peak RSS growth (``VmHWM`` after the
-scan minus before it, with numpy/pyarrow already imported). Measured on 2 cores (CI's machine):
+scan minus before it, with numpy/pyarrow already imported). Measured on 2 cores shared with
+other jobs (load ≈ 5):
 
     format     size       rows  seconds    MB/s  RSS growth
-    NPY      1.10GB  4,300,000     1.48     742       34 MB
-    CSV      1.10GB  7,000,001     9.73     113      177 MB
+    NPY      1.10GB  4,300,000     2.33     472       32 MB
+    CSV      1.10GB  7,000,001    32.32      34      162 MB
 """
 
 from __future__ import annotations

@@ -52,3 +52,14 @@ def test_watch_profile_prints_the_parts_and_the_ablation() -> None:
     for part in ("| zero_grad |", "| forward |", "| loss |", "| backward |", "| step |", "| **all** |"):
         assert part in r.stdout
     assert "| + the tape of ops outside modules |" in r.stdout
+
+
+def test_scan_wide_prints_time_against_columns() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run(
+        [sys.executable, "benchmarks/scan_wide.py", "--max-columns", "5000", "--repeats", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "| columns | cells | file | seconds | µs per cell | NaN found |" in r.stdout
+    assert "| 5,000 | 10,000 |" in r.stdout and "| NO |" not in r.stdout

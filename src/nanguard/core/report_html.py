@@ -232,7 +232,7 @@ def _draw(
     return handles
 
 
-#: matplotlib settings of every figure of the report
+#: matplotlib settings of every plot (plus a distinct ``svg.hashsalt`` each)
 _RC: dict[str, Any] = {
     "svg.fonttype": "none",  # text stays text: searchable, and drawn in the page's font
     "font.family": "sans-serif",
@@ -250,27 +250,6 @@ _RC: dict[str, Any] = {
     "legend.framealpha": 0.85,
     "legend.edgecolor": "#ffffff",
 }
-
-
-def _legend(fig: Any, ax: Axes, zax: Axes | None, several: bool, line_entries: Any,
-            outside: bool) -> None:
-    """One legend for the figure: the lines (when there are several), then the marks."""
-    handles, labels = ax.get_legend_handles_labels()
-    if zax is not None:
-        zh, zl = zax.get_legend_handles_labels()
-        handles, labels = handles + zh, labels + zl
-    uniq: dict[str, Any] = {}
-    if several:
-        uniq.update((lab, h) for h, lab in line_entries)
-    for h, lab in zip(handles, labels):
-        if lab and not lab.startswith("_") and lab not in uniq:
-            uniq[lab] = h
-    if uniq:
-        if outside:
-            fig.legend(list(uniq.values()), list(uniq.keys()), loc="outside right upper",
-                       frameon=False)
-        else:
-            (zax or ax).legend(list(uniq.values()), list(uniq.keys()), loc="best")
 
 
 def _plot_svg(
@@ -294,7 +273,8 @@ def _plot_svg(
     import matplotlib
     from matplotlib.figure import Figure
 
-    rc: Any = {**_RC, "svg.hashsalt": f"nanguard-{key}"}  # distinct element ids per inline SVG
+    # distinct element ids for each inline SVG
+    rc: Any = {**_RC, "svg.hashsalt": f"nanguard-{key}"}
     if own_range:
         xs = [s for steps, _ in lines.values() for s in steps]
     else:
@@ -320,7 +300,22 @@ def _plot_svg(
             _draw(zax, lines, marks, (z0, z1), **opts)
             zax.set_title(f"steps {z0:g}–{z1:g}, around the first non-finite value", loc="left")
             ax.set_title("the whole run", loc="left")
-        _legend(fig, ax, zax, len(lines) > 1, line_entries, legend_outside)
+        handles, labels = ax.get_legend_handles_labels()
+        if zax is not None:
+            zh, zl = zax.get_legend_handles_labels()
+            handles, labels = handles + zh, labels + zl
+        uniq: dict[str, Any] = {}
+        if len(lines) > 1:
+            uniq.update((lab, h) for h, lab in line_entries)
+        for h, lab in zip(handles, labels):
+            if lab and not lab.startswith("_") and lab not in uniq:
+                uniq[lab] = h
+        if uniq:
+            if legend_outside:
+                fig.legend(list(uniq.values()), list(uniq.keys()), loc="outside right upper",
+                           frameon=False)
+            else:
+                (zax or ax).legend(list(uniq.values()), list(uniq.keys()), loc="best")
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = buf.getvalue()
