@@ -32,6 +32,7 @@ from ._place import custom_function, flat
 from ._provenance import IdMap, Origin, Provenance
 from ._sinks import Sinks
 from ._stats import checkable, counts, is_finite, iter_tensors
+from ._untraced import Untraced
 
 __all__ = ["LocatorMode"]
 
@@ -101,7 +102,7 @@ class LocatorMode(OptimizerSteps, Sinks):
     # --- the mode ----------------------------------------------------------------------------------
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if self._busy:
+        if self._busy or Untraced.depth:
             return func(*args, **kwargs)
         if self._pending:
             self._flush_pending()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ._stats import checkable
+from ._untraced import untraced
 
 __all__ = ["NormCheck", "check", "check_grads", "check_params"]
 
@@ -59,6 +60,7 @@ def _norms(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [n for n in out if n is not None]
 
 
+@untraced  # under --trace: the check's own norms are not the user's values
 def check(
     grads: Sequence[torch.Tensor | None],
     losses: Sequence[torch.Tensor] = (),
