@@ -136,7 +136,7 @@ def test_two_optimizers_each_count_a_step_and_the_failing_one_is_numbered() -> N
     assert len(guard.history.of("Adam[1]")) == 8
 
 
-def test_state_dict_keeps_a_back_off_across_a_resume() -> None:
+def test_state_dict_keeps_a_back_off_across_a_resume(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=30.0)
@@ -151,8 +151,8 @@ def test_state_dict_keeps_a_back_off_across_a_resume() -> None:
     finally:
         guard.detach()
     assert guard.recoveries and (guard.recovery.lr_scale < 1.0 or guard.recovery.clip_norm is not None)
-    state = guard.state_dict()
-    torch.save(state, "/dev/null")
+    torch.save({"nanguard": guard.state_dict()}, tmp_path / "ckpt.pt")
+    state = torch.load(tmp_path / "ckpt.pt", weights_only=True)["nanguard"]  # plain values only
     resumed = nanguard.attach(model, opt, policy="recover")
     try:
         resumed.load_state_dict(state)
