@@ -98,7 +98,12 @@ def test_the_whole_suite_matches_its_labels() -> None:
 
 #: held-out scripts nanguard still gets wrong, and why — kept in the set and in the README's
 #: table; the test fails when one of them starts to pass (update this) or another goes wrong
-KNOWN_MISSES: set[str] = set()
+KNOWN_MISSES: set[str] = {
+    # the script checks its own loss and skips the step before any backward(): the first NaN
+    # (a forward acos, loop step 5) reaches nothing nanguard watches; it reports the second event,
+    # the backward of acos at ±1 (loop step 9) — the right cause, another op and phase (README)
+    "m10_swallowed_exception_acos_views",
+}
 
 
 @pytest.mark.slow
