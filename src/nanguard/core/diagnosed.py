@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .diagnosis import diagnose
@@ -18,23 +18,38 @@ __all__ = ["with_diagnosis"]
 T = TypeVar("T")
 
 
-@contextlib.contextmanager
-def _diagnosing(cm: contextlib.AbstractContextManager[T]) -> Iterator[T]:
-    try:
-        with cm as value:
-            yield value
-    except NonFiniteError as err:
-        if err.diagnosis is None:
-            err.diagnosis = diagnose(err.finding)  # no history: from the finding alone
-        raise
+class _Diagnosing(contextlib.AbstractContextManager[Any]):
+    """The context manager ``locate()`` returned, unchanged (its attributes — ``.step``,
+    ``.findings`` — read through), except that a ``NonFiniteError`` leaving it has a diagnosis."""
+
+    def __init__(self, cm: Any) -> None:
+        self._cm = cm
+
+    def __enter__(self) -> Any:
+        return self._cm.__enter__()
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> Any:
+        _diagnose(ev)
+        try:
+            return self._cm.__exit__(et, ev, tb)
+        except NonFiniteError as err:  # raised at the block's end (a value no op used)
+            _diagnose(err)
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cm, name)
 
 
-def with_diagnosis(locate: Callable[..., contextlib.AbstractContextManager[T]]
-                   ) -> Callable[..., contextlib.AbstractContextManager[T]]:
+def _diagnose(err: Any) -> None:
+    if isinstance(err, NonFiniteError) and err.diagnosis is None:
+        err.diagnosis = diagnose(err.finding)  # no history: from the finding alone
+
+
+def with_diagnosis(locate: Callable[..., T]) -> Callable[..., T]:
     """``locate`` (a context-manager factory) whose ``NonFiniteError`` carries a diagnosis."""
 
     @functools.wraps(locate)
-    def wrapper(*args: Any, **kwargs: Any) -> contextlib.AbstractContextManager[T]:
-        return _diagnosing(locate(*args, **kwargs))
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        return _Diagnosing(locate(*args, **kwargs))  # type: ignore[return-value]
 
     return wrapper
