@@ -14,21 +14,37 @@ from nanguard.core.finding import Finding
 from nanguard.core.history import History, StepRecord
 from nanguard.core.policy import ROLLBACK, UNFIXABLE, Recovery
 from nanguard.core.taxonomy import Cause
+from nanguard.core.trials import Fix, Trial
 
 
 class FakeBackend:
     """Records what the controller asked for, in order."""
 
-    def __init__(self, snapshot_step: int | None = 0) -> None:
+    def __init__(self, snapshot_step: int | None = 0, trials: Any = None) -> None:
         self.calls: list[Any] = []
         self.snapshot_step = snapshot_step
+        self.trials = trials  # fix -> losses of its trial; None: this backend cannot try fixes
 
     def skip_update(self) -> None:
         self.calls.append("skip_update")
 
-    def rollback(self) -> int | None:
-        self.calls.append("rollback")
+    def rollback(self, older: bool = False) -> int | None:
+        self.calls.append("rollback_older" if older else "rollback")
         return self.snapshot_step
+
+    def trial(self, fixes: list[Fix]) -> list[Trial] | None:
+        if self.trials is None:
+            return None
+        self.calls.append(("trial", [f.describe() for f in fixes]))
+        out = []
+        for f in fixes:
+            out.append(Trial(f, tuple(self.trials(f)), self.snapshot_step))
+            if out[-1].verified:
+                break
+        return out
+
+    def settings_changed(self) -> None:
+        self.calls.append("settings_changed")
 
     def set_eps(self, eps: float) -> None:
         self.calls.append(("set_eps", eps))

@@ -38,11 +38,19 @@ class RunContext:
     clip_norm: float | None = None
     num_params: int | None = None
     scheduler: str | None = None  # the class name of an LR scheduler on that optimizer
+    #: the guard's own back-off, already in ``hyper["lr"]`` (the script passed ``lr / lr_scale``)
+    lr_scale: float = 1.0
 
     @property
     def lr(self) -> float | None:
         lr = self.hyper.get("lr", self.hyper.get("learning_rate"))
         return float(lr) if isinstance(lr, (int, float)) else None
+
+    @property
+    def user_lr(self) -> float | None:
+        """The learning rate the script asked for (before any back-off of the guard's)."""
+        lr = self.lr
+        return lr / self.lr_scale if lr is not None and self.lr_scale else lr
 
     @property
     def eps(self) -> float | None:
@@ -66,6 +74,9 @@ class Diagnosis:
     evidence: list[str] = field(default_factory=list)
     fixes: list[str] = field(default_factory=list)
     rule: str | None = None
+    #: the fixes tried on the failing step before one was applied (``Trial.to_dict()`` each;
+    #: filled in by the step controller under ``skip``/``recover``)
+    trials: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -77,6 +88,8 @@ class Diagnosis:
         }
         if self.rule is not None:
             d["rule"] = self.rule
+        if self.trials:
+            d["trials"] = [dict(t) for t in self.trials]
         return d
 
     @classmethod
@@ -88,6 +101,7 @@ class Diagnosis:
             evidence=list(d.get("evidence", [])),
             fixes=list(d.get("fixes", [])),
             rule=d.get("rule"),
+            trials=[dict(t) for t in d.get("trials", [])],
         )
 
 

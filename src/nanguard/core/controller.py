@@ -32,23 +32,42 @@ from .diagnosis import Diagnosis
 from .errors import GiveUpError, NonFiniteError
 from .finding import Finding
 from .history import History
-from .policy import Action, Recovery, loss_scale_gave_up
+from .outcome import Level, OutcomeJudge, healthy_now
+from .policy import ROLLBACK, Action, Recovery, loss_scale_gave_up
+from .taxonomy import Cause
+from .trials import Fix, Trial, lr_candidates
 
-__all__ = ["Backend", "StepController", "clip_suggestion"]
+__all__ = ["DROP_WINDOW", "MAX_REPEATED_DROPS", "Backend", "StepController", "clip_suggestion"]
+
+#: ``recover`` stops after this many dropped batches from one source within :data:`DROP_WINDOW`
+#: steps, when they are half or more of the steps since the first of them
+MAX_REPEATED_DROPS = 5
+DROP_WINDOW = 100
 
 log = logging.getLogger("nanguard")
 
 
 class Backend(Protocol):
-    """What a guard can do to its framework's run. Called by :meth:`StepController.act` only,
-    after a non-finite step, in this order: ``rollback`` (if the action rolls back), ``set_eps``,
-    ``restore_state``, ``skip_update`` (unless the update was already applied)."""
+    """What a guard can do to its framework's run. Called by :meth:`StepController.act` after a
+    non-finite step, in this order: ``trial`` (rollback causes), ``rollback`` (if the action
+    rolls back), ``set_eps``, ``restore_state``, ``skip_update`` (unless the update was already
+    applied); and at the end of a later step, ``rollback(older=True)`` + ``settings_changed``
+    when a recovery did not bring the run back (an escalation)."""
 
     def skip_update(self) -> None:
         """Make sure this step's update is never applied."""
 
-    def rollback(self) -> int | None:
-        """Restore the newest snapshot; return its step (``None``: there is none)."""
+    def rollback(self, older: bool = False) -> int | None:
+        """Restore the newest healthy snapshot (``older``: the one before it, where there is
+        one); return its step (``None``: there is none)."""
+
+    def trial(self, fixes: list[Fix]) -> list[Trial] | None:
+        """Try each fix from the newest snapshot on the failing step's batch (see
+        :mod:`nanguard.core.trials`), leaving the run at that snapshot; ``None``: this backend
+        cannot re-run a step (the fix is then applied on trial and judged by the outcome)."""
+
+    def settings_changed(self) -> None:
+        """The learning-rate factor or clipping changed outside :meth:`StepController.act`."""
 
     def set_eps(self, eps: float) -> None:
         """Raise the optimizer's ``eps`` (it was 0 or nearly)."""
@@ -83,6 +102,12 @@ class StepController:
     raised: list[tuple[Finding, Diagnosis | None, int]] = field(default_factory=list)
     scaler_skips: int = 0
     steps_after_raise: int = 0
+    judge: OutcomeJudge = field(default_factory=OutcomeJudge)
+    max_escalations: int = 2
+    escalations: int = 0
+    _backend: Backend | None = field(default=None, repr=False)
+    _clip_before: float | None = field(default=None, repr=False)
+    _drops: list[tuple[int, str]] = field(default_factory=list, repr=False)
 
     # --- events ------------------------------------------------------------------------------------
     def healthy(self) -> None:
@@ -90,10 +115,52 @@ class StepController:
         self.recovery.healthy_step()
 
     def step_ended(self) -> None:
-        """Any step ended (healthy or not): a step that follows a raised error means the script
-        caught it and went on."""
+        """Any step ended (healthy or not), after its history record: a step that follows a
+        raised error means the script caught it and went on; after a recovery, the step is
+        evidence for its outcome — and a recovery that did not bring the run back is escalated
+        (``recover``) before the run is said not to have come back."""
         if self.raised:
             self.steps_after_raise += 1
+        if not self.judge.judging or not len(self.history):
+            return
+        decided = self.judge.observe(self.history[-1])
+        if decided is not None and decided.status == "not-recovered":
+            self._escalate()
+
+    def snapshot_ok(self) -> bool:
+        """May a snapshot be kept now as "last known good"? (The adapters ask before taking
+        one after a healthy step: see :func:`~nanguard.core.outcome.healthy_now`.)"""
+        return healthy_now(self.history, self.judge)
+
+    def run_ended(self, step: int) -> dict[str, Any] | None:
+        """The run ended: decide an open episode; the run's outcome (``None``: nothing was
+        ever done about a non-finite step)."""
+        self.judge.ended(step)
+        v = self.judge.verdict()
+        return v.to_dict() if v is not None else None
+
+    def _escalate(self) -> None:
+        """The last recovery did not bring the run back: under ``recover``, for a cause a
+        back-off can fix, roll back further with a back-off measured on the run as it is now."""
+        cur = self.judge.current
+        backend = self._backend
+        if (cur is None or backend is None or self.recovery.policy != "recover"
+                or self.escalations >= self.max_escalations or not self.findings
+                or self.findings[-1][1].cause not in ROLLBACK):
+            return
+        self.escalations += 1
+        factor = lr_candidates(cur.ratio_now, cap=0.1)[0]
+        restored = backend.rollback(older=True)
+        step = self.history[-1].step
+        self.recovery.lr_scale *= factor
+        backend.settings_changed()
+        action = Action("rollback", "escalated: the last recovery did not bring the run back", lr_factor=factor)
+        details: dict[str, Any] = {"cause": self.findings[-1][1].cause.value, "escalation": self.escalations,
+                                   "outcome": cur.to_dict(), "verified": None}
+        if restored is not None:
+            details.update(restored_step=restored, steps_lost=step + 1 - restored)
+        self.recovery.record(step, action, **details)
+        self.judge.acted(step, self.history)
 
     def scaler_stepped(self) -> None:
         """The dynamic loss scaler applied the update: its run of skips is over."""
@@ -126,6 +193,8 @@ class StepController:
         eps: float | None = None,
         after_update: bool = False,
         rollback_weights: bool = False,
+        script_clip: float | None = None,
+        adaptive: bool = False,
     ) -> Action:
         """Decide about a non-finite step and have ``backend`` carry it out.
 
@@ -140,9 +209,15 @@ class StepController:
                           "the non-finite value is in state the script carries across steps (the "
                           "model returned it and the script passed it back in): neither dropping "
                           "the batch nor a rollback resets it")
-        action = self.recovery.decide(
-            diag, step, clip_suggestion(self.history), eps, self.history.median_update_ratio()
-        )
+        self._backend = backend
+        self._repeated_drops(finding, diag, step, after_update, backend)
+        clip = clip_suggestion(self.history)
+        if clip is not None and (adaptive or (script_clip is not None and script_clip <= clip)):
+            # clipping cannot shrink an adaptive optimizer's step, and a clip no tighter than
+            # the script's own repeats what it already does
+            clip = None
+        self._clip_before = self.recovery.clip_norm
+        action = self.recovery.decide(diag, step, clip, eps, self.history.median_update_ratio())
         if action.kind == "raise":
             self._raise(NonFiniteError(finding, diag), step)
         if action.kind == "give_up":
@@ -154,15 +229,94 @@ class StepController:
             samples = finding.details.get("samples") or []
             details["samples"] = [s.get("index") for s in samples]
             details["input"] = finding.details.get("input_name") or finding.source
+        if action.kind == "rollback":
+            action, trials = self._verified(action, finding, diag, backend, step, after_update)
+            details["verified"] = None if trials is None else action.kind == "rollback"
+            if trials is not None:
+                details["trials"] = [dict(t) for t in diag.trials]
         if action.kind == "rollback" or after_update or rollback_weights:
             details.update(self._rollback(finding, diag, backend, step, after_update))
         if action.set_eps is not None:
             backend.set_eps(action.set_eps)
         details.update(backend.restore_state())
         self.recovery.record(step, action, **details)
+        self.judge.acted(step, self.history)
         if not after_update:
             backend.skip_update()
         return action
+
+    def _repeated_drops(self, finding: Finding, diag: Diagnosis, step: int, after_update: bool,
+                        backend: Backend, force: bool = False) -> None:
+        """``recover`` drops a batch with NaN/Inf — but not hundreds of them from one source:
+        after :data:`MAX_REPEATED_DROPS` from the same line, half or more of the steps since the
+        first of them, it stops with the diagnosis (dropping cannot fix a value the script
+        computes, nor a data file that is mostly bad)."""
+        if (diag.cause is not Cause.NONFINITE_INPUT and not force) or self.recovery.policy != "recover":
+            return
+        src = str(finding.source or finding.details.get("input_name") or "?")
+        self._drops = [(s, x) for s, x in self._drops if step - s < DROP_WINDOW]
+        self._drops.append((step, src))
+        same = [s for s, x in self._drops if x == src]
+        if len(same) >= MAX_REPEATED_DROPS and 2 * len(same) >= step - same[0] + 1:
+            where = f" entering at {src}" if src != "?" else ""
+            what = ("failed at the healthy weights whatever the fix" + (f" (at {src})" if src != "?" else "")
+                    if force else f"held non-finite values{where}")
+            self._give_up(finding, diag, step, after_update, backend,
+                          f"{len(same)} of the last {step - same[0] + 1} steps {what}: "
+                          "dropping batches cannot fix a source that keeps making them — if the script "
+                          "computes this tensor (returns, targets, a state), fix that computation; if it "
+                          "loads it, clean the data (nanguard scan FILE)")
+
+    def _verified(self, action: Action, finding: Finding, diag: Diagnosis, backend: Backend,
+                  step: int, after_update: bool) -> tuple[Action, list[Trial] | None]:
+        """Try the action's fix and smaller learning rates (see :mod:`nanguard.core.trials`);
+        the first verified one is applied. No verified fix: stop with what was tried."""
+        fixes = _candidates(action, self.history.median_update_ratio(), self.recovery.lr_factor)
+        self._undo(action)  # each trial applies its own fix on top of the earlier back-off
+        trials = backend.trial(fixes)
+        if trials is None:
+            self._apply(action.lr_factor, action.clip_norm)
+            return action, None
+        diag.trials = [t.to_dict() for t in trials]
+        hint = _inputs_hint(trials, self.history)
+        if hint:  # a loss a hundred times its healthy level at the healthy weights verifies nothing
+            for t in diag.trials:
+                t.update(verified=False, note="the loss at the healthy weights is far above its healthy level")
+        good = None if hint else next((t for t in trials if t.verified), None)
+        if good is None:
+            tried = "; ".join(t.describe() for t in trials)
+            if hint or all(t.fails_at_start for t in trials):
+                # it fails at the healthy weights whatever the update: the batch (or a state
+                # the script passed in) is what is wrong — skip it, as a bad batch is dropped
+                self._repeated_drops(finding, diag, step, after_update, backend, force=True)
+                return Action("drop_batch", f"the step fails at the healthy weights of step "
+                              f"{trials[0].from_step} with every fix tried ({tried}){hint}: skipped "
+                              "its batch"), trials
+            self._give_up(finding, diag, step, after_update, backend,
+                          f"no fix tried on the failing step made it finite with its loss going down ({tried})")
+        assert good is not None
+        if good.lr is not None and good.fix.lr_factor is not None:
+            losses = " → ".join(f"{v:.4g}" for v in good.losses)
+            diag.fixes.insert(0, f"lr = {good.lr:.2g}  # verified on the failing step's batch from the "
+                                 f"snapshot of step {good.from_step}: loss {losses}")
+        fix = good.fix
+        chosen = Action("rollback", action.reason, lr_factor=fix.lr_factor, clip_norm=fix.clip_norm,
+                        set_eps=fix.eps)
+        self._apply(fix.lr_factor, fix.clip_norm)
+        return chosen, trials
+
+    def _apply(self, lr_factor: float | None, clip_norm: float | None) -> None:
+        if lr_factor is not None:
+            self.recovery.lr_scale *= lr_factor
+        if clip_norm is not None:
+            self.recovery.clip_norm = clip_norm
+
+    def _undo(self, action: Action) -> None:
+        """Take back what :meth:`Recovery.decide` switched on for ``action``."""
+        if action.lr_factor:
+            self.recovery.lr_scale /= action.lr_factor
+        if action.clip_norm is not None:
+            self.recovery.clip_norm = self._clip_before
 
     def _give_up(self, finding: Finding, diag: Diagnosis, step: int, after_update: bool,
                  backend: Backend, reason: str) -> None:
@@ -235,3 +389,30 @@ class StepController:
         self.scaler_skips = int(state.get("scaler_skips", 0))
         if state.get("policy") not in (None, r.policy):
             log.info("nanguard: resumed a %s guard's state under policy %r", state.get("policy"), r.policy)
+
+
+def _candidates(action: Action, ratio: float | None, cap: float) -> list[Fix]:
+    """The fixes to try for a rollback, least drastic first: the policy's own, then with a
+    learning rate ten and a hundred times lower (or, for a clip or ``eps`` alone, with the
+    measured back-off added)."""
+    clip, eps = action.clip_norm, action.set_eps
+    if action.lr_factor is not None:
+        f = action.lr_factor
+        factors = [f, float(f"{f / 10:.2g}"), float(f"{f / 100:.2g}")]
+        return [Fix(x, clip, eps) for x in factors]
+    lr = lr_candidates(ratio, cap)
+    if clip is None and eps is None:
+        return [Fix(x) for x in lr]
+    return [Fix(None, clip, eps), Fix(lr[0], clip, eps), Fix(lr[1], clip, eps)]
+
+
+def _inputs_hint(trials: list[Trial], history: History) -> str:
+    """When the loss at the restored healthy weights is already far off on the failing batch,
+    the weights are not what is wrong: say so."""
+    first = next((t.losses[0] for t in trials if t.losses), None)
+    level = Level.of(history)
+    if first is None or level.ceiling is None or not (not math.isfinite(first) or first > 100 * abs(level.ceiling)):
+        return ""
+    return (f"; at the restored weights the loss on this batch is already {first:.3g} (healthy ≈ "
+            f"{level.loss:.3g}): what is wrong is in the step's inputs (the batch, or state the "
+            "script carries across steps: a hidden state it passes back in), not in the weights")

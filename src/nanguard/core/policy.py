@@ -26,6 +26,7 @@ from typing import Any
 from .config import POLICIES
 from .diagnosis import Diagnosis
 from .taxonomy import Cause
+from .trials import lr_candidates
 
 __all__ = ["ROLLBACK", "UNFIXABLE", "Action", "Recovery", "RecoveryCounters", "loss_scale_gave_up"]
 
@@ -106,9 +107,9 @@ class Recovery:
         """What to do about a non-finite step whose cause is ``diagnosis.cause``.
 
         ``update_ratio`` (median ``|Δw|/|w|`` of the healthy steps) sizes the learning-rate
-        back-off: ×``lr_factor`` normally, more (down to ×0.01) when the updates were far larger
-        than the ≈1e-3 of healthy training — halving a learning rate 100× too high five times
-        over would exhaust the recoveries before it helped.
+        back-off: ×``lr_factor`` normally, more when the updates were far larger than the ≈1e-3
+        of healthy training — halving a learning rate 10⁵× too high five times over would
+        exhaust the recoveries before it helped (:meth:`backoff`).
         """
         if self.policy == "raise":
             return Action("raise", "policy 'raise'")
@@ -136,8 +137,10 @@ class Recovery:
             set_eps = 1e-8
         elif cause is Cause.EXPLODING_GRADIENTS:
             clip = clip_suggestion if self.clip_norm is None else self.clip_norm * 0.5
-            if recent:
-                lr = self.lr_factor
+            if recent or clip is None:
+                # no clip to switch on (an adaptive optimizer, or the script clips tighter
+                # already): the learning rate is what can shrink the step
+                lr = self.lr_factor if clip is not None else self.backoff(update_ratio)
         else:
             lr = self.backoff(update_ratio)
             if recent and clip_suggestion is not None:
@@ -152,13 +155,12 @@ class Recovery:
         return act
 
     def backoff(self, update_ratio: float | None) -> float:
-        """The learning-rate factor for one rollback (see :meth:`decide`)."""
+        """The learning-rate factor for one rollback (see :meth:`decide`): ×``lr_factor`` while
+        the updates were of a healthy size, else the factor that brings the measured update/
+        weight ratio to about 1e-3 (a learning rate 10⁵× too high gets ×1e-5, not ×0.5)."""
         if update_ratio is None or update_ratio <= 0.02:
             return self.lr_factor
-        # aim for an update/weight ratio of 1e-2: large, but a step that no longer blows up
-        target = 1e-2 / update_ratio
-        factor = min(self.lr_factor, max(0.01, target))
-        return float(f"{factor:.2g}")
+        return lr_candidates(update_ratio, self.lr_factor)[0]
 
     def _skip(self, step: int, reason: str, kind: str = "skip") -> Action:
         self.notfinite_count += 1

@@ -1,0 +1,248 @@
+"""The outcome of a recovery, judged on the run itself (framework-free).
+
+A run that met a non-finite value and went on is not "recovered" because it went on: only when its
+loss came back to the level of its own healthy history. The step controller starts an
+:class:`OutcomeJudge` when the policy acted on a non-finite step (skipped it, dropped its batch,
+rolled back), feeds it every step's history record after that (at the end of the step), and the
+judge decides once per episode:
+
+* ``recovered`` — within ``window`` healthy steps the loss (the median of the last
+  ``min_steps``) is back under the healthy ceiling and the updates no longer swamp the weights;
+* ``not-recovered`` — the window ended (or the run did) without that: the numbers say how far off
+  it is (loss before the event, loss now, update/weight ratio now).
+
+The same signals decide whether a snapshot may be kept as a rollback target
+(:func:`healthy_now`): only a step that is healthy by them is "last known good".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .history import History, StepRecord
+
+__all__ = ["STUCK_RATIO", "Level", "Outcome", "OutcomeJudge", "healthy_now"]
+
+#: an update/weight ratio above this means the updates still swamp the weights (healthy ≈ 1e-3)
+STUCK_RATIO = 0.1
+#: healthy losses the level is taken from (the most recent ones before the event)
+LEVEL_STEPS = 20
+
+
+def _median(vals: list[float]) -> float | None:
+    if not vals:
+        return None
+    s = sorted(vals)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else 0.5 * (s[mid - 1] + s[mid])
+
+
+@dataclass(frozen=True)
+class Level:
+    """The run's healthy level before an event: the lower quartile of the loss over its last
+    healthy steps and the ceiling a loss must come back under (``level + max(|level|, 3·noise)``: within 2× for a
+    positive loss, more for a noisy one); the median update/weight ratio."""
+
+    loss: float | None
+    ceiling: float | None
+    ratio: float | None
+    steps: int
+
+    @classmethod
+    def of(cls, history: History) -> Level:
+        losses = history.series("loss", LEVEL_STEPS)
+        ratios = [r.update_ratio for r in history.healthy()[-LEVEL_STEPS:] if r.update_ratio is not None]
+        level = ceiling = None
+        if losses:
+            # the lower quartile: a run that diverged over its last few healthy steps is judged
+            # against where it was before that, not against the divergence
+            s = sorted(losses)
+            level = s[int(0.25 * (len(s) - 1))]
+            # the noise, from the lower half only (the divergence is in the upper one)
+            spread = s[len(s) // 2] - s[int(0.1 * (len(s) - 1))] if len(s) >= 10 else 0.0
+            ceiling = level + max(abs(level), 3.0 * spread, 1e-12)
+        return cls(level, ceiling, _median([r for r in ratios if math.isfinite(r)]), len(losses))
+
+    def ratio_ceiling(self) -> float:
+        """The update/weight ratio the run must come back under."""
+        if self.ratio is not None and self.steps >= 5:
+            return max(STUCK_RATIO, 2.0 * self.ratio)
+        return STUCK_RATIO
+
+
+@dataclass
+class Outcome:
+    """One episode: from the first event after a healthy stretch until it is decided."""
+
+    event_step: int
+    level: Level
+    window: int
+    status: str = "judging"  # "judging", "recovered", "not-recovered", "unjudged"
+    losses: list[float] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)
+    decided_step: int | None = None
+    reason: str = ""
+    events: int = 1
+
+    @property
+    def loss_now(self) -> float | None:
+        return _median(self.losses[-5:])
+
+    @property
+    def ratio_now(self) -> float | None:
+        return _median(self.ratios[-5:])
+
+    def met(self, min_steps: int) -> bool:
+        """Is the run back at its healthy level (on the steps seen since the event)?"""
+        if len(self.losses) < min_steps or self.level.ceiling is None:
+            return False
+        now = self.loss_now
+        if now is None or now > self.level.ceiling:
+            return False
+        r = self.ratio_now
+        return r is None or r <= self.level.ratio_ceiling()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "event_step": self.event_step,
+            "decided_step": self.decided_step,
+            "window": self.window,
+            "events": self.events,
+            "loss_before": self.level.loss,
+            "loss_ceiling": self.level.ceiling,
+            "loss_now": self.loss_now,
+            "update_ratio_before": self.level.ratio,
+            "update_ratio_now": self.ratio_now,
+            "healthy_steps_since": len(self.losses),
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class OutcomeJudge:
+    """Judges every episode of a run (see the module docstring). ``window``: healthy steps after
+    the last event within which the loss must come back; ``min_steps``: healthy steps it must
+    stay there (the median of that many is compared)."""
+
+    window: int = 50
+    min_steps: int = 5
+    episodes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def current(self) -> Outcome | None:
+        return self.episodes[-1] if self.episodes else None
+
+    @property
+    def judging(self) -> bool:
+        cur = self.current
+        return cur is not None and cur.status == "judging"
+
+    def acted(self, step: int, history: History) -> None:
+        """The policy acted on a non-finite step (before the run went on). A new episode starts
+        after a healthy stretch; an event while one is open restarts its window, keeping the
+        level from before its first event."""
+        cur = self.current
+        if cur is not None and cur.status == "judging":
+            cur.events += 1
+            cur.event_step = step
+            cur.losses.clear()
+            cur.ratios.clear()
+            return
+        if cur is not None and cur.status == "not-recovered" and not cur.met(self.min_steps):
+            # still off its level since the last verdict: the same episode goes on
+            cur.status, cur.decided_step, cur.events = "judging", None, cur.events + 1
+            cur.event_step = step
+            cur.losses.clear()
+            cur.ratios.clear()
+            return
+        self.episodes.append(Outcome(step, Level.of(history), self.window))
+
+    def observe(self, rec: StepRecord) -> Outcome | None:
+        """A step ended (its history record): returns the episode when this step decided it."""
+        cur = self.current
+        if cur is None or cur.status != "judging" or not rec.finite or rec.skipped or rec.step <= cur.event_step:
+            return None
+        if rec.loss is not None and math.isfinite(rec.loss):
+            cur.losses.append(rec.loss)
+        r = rec.update_ratio
+        if r is not None and math.isfinite(r):
+            cur.ratios.append(r)
+        if cur.level.ceiling is None:
+            cur.status, cur.decided_step = "unjudged", rec.step
+            cur.reason = "no loss was seen before the event: the outcome cannot be judged"
+            return cur
+        if cur.met(self.min_steps):
+            cur.status, cur.decided_step = "recovered", rec.step
+            cur.reason = (f"the loss came back to the run's healthy level within "
+                          f"{len(cur.losses)} healthy steps")
+            return cur
+        if len(cur.losses) >= self.window:
+            self._not_recovered(cur, rec.step, f"within {self.window} healthy steps the loss did not "
+                                "come back to the run's healthy level")
+            return cur
+        return None
+
+    def ended(self, step: int) -> Outcome | None:
+        """The run ended: an episode still being judged is decided on what was seen."""
+        cur = self.current
+        if cur is None or cur.status != "judging":
+            return cur
+        if cur.level.ceiling is None:
+            cur.status, cur.decided_step = "unjudged", step
+            cur.reason = "no loss was seen before the event: the outcome cannot be judged"
+        elif cur.met(min(self.min_steps, max(1, len(cur.losses)))) and cur.losses:
+            cur.status, cur.decided_step = "recovered", step
+            cur.reason = f"the loss was back at the run's healthy level when the run ended ({len(cur.losses)} healthy steps after the last event)"
+        else:
+            n = len(cur.losses)
+            self._not_recovered(cur, step, f"the run ended {n} healthy step{'s' if n != 1 else ''} "
+                                "after the last event, before its loss came back to its healthy level")
+        return cur
+
+    def _not_recovered(self, cur: Outcome, step: int, why: str) -> None:
+        cur.status, cur.decided_step = "not-recovered", step
+        parts = [why]
+        if cur.level.loss is not None and cur.loss_now is not None:
+            parts.append(f"loss {cur.level.loss:.4g} before the event, {cur.loss_now:.4g} now "
+                         f"(healthy ceiling {cur.level.ceiling:.4g})")
+        if cur.ratio_now is not None:
+            parts.append(f"update/weight ratio {cur.ratio_now:.3g} now (healthy ≈ 1e-3)")
+        cur.reason = "; ".join(parts)
+
+    def verdict(self) -> Outcome | None:
+        """The run's outcome: the worst episode (a not-recovered one), else the last."""
+        bad = [o for o in self.episodes if o.status == "not-recovered"]
+        return bad[-1] if bad else self.current
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        return [o.to_dict() for o in self.episodes]
+
+
+def healthy_now(history: History, judge: OutcomeJudge | None = None) -> bool:
+    """May the weights after the newest step be kept as "last known good"? Not while an episode
+    is open and off its level, nor when the updates swamp the weights, the weights or gradient
+    norm grow geometrically, or the loss sits far above its recent level."""
+    if judge is not None and judge.judging:
+        cur = judge.current
+        assert cur is not None
+        if not cur.met(judge.min_steps):
+            return False
+    recent = history.healthy()[-8:]
+    if not recent:
+        return True
+    r = recent[-1].update_ratio
+    if r is not None and math.isfinite(r) and r > STUCK_RATIO:
+        return False
+    g = history.per_step_growth("param_norm", 8)
+    if g is not None and g > 1.05:
+        return False
+    gg = history.per_step_growth("grad_norm", 8)
+    if gg is not None and gg > 1.5:
+        return False
+    level = Level.of(history)
+    last = recent[-1].loss
+    return not (level.ceiling is not None and last is not None and math.isfinite(last)
+                and last > level.ceiling)

@@ -1,0 +1,112 @@
+"""Fixes tried before they are applied or offered (framework-free).
+
+After a non-finite step whose cause has a recovery rule (learning rate, exploding gradients,
+optimizer state), the step controller lists candidate :class:`Fix` es — a learning-rate factor
+sized from the measured update/weight ratio, then ten and a hundred times smaller; clipping at a
+threshold from the pre-clip history; a larger ``eps`` — and asks the framework's backend to try
+them: from the newest healthy snapshot, the failing step's batch is run again for a few updates
+with the fix applied. A fix is **verified** when every one of those steps stayed finite and the
+loss went down. Recovery applies the first verified fix (the least drastic that worked); a
+backend that cannot re-run a step returns no trials, and the fix is applied on trial, judged by
+the outcome (:mod:`nanguard.core.outcome`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TRIAL_STEPS", "Fix", "Trial", "lr_candidates"]
+
+#: updates each trial runs from the snapshot on the failing step's batch
+TRIAL_STEPS = 3
+#: the update/weight ratio the first learning rate tried aims for: the top of the healthy range
+#: (about 1e-3 is typical); the trial, then the judged outcome, say whether it was low enough
+TARGET_RATIO = 1e-2
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One change to try: a learning-rate factor (on top of any earlier back-off), a clipping
+    threshold, an ``eps``."""
+
+    lr_factor: float | None = None
+    clip_norm: float | None = None
+    eps: float | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.lr_factor is not None:
+            parts.append(f"learning rate ×{self.lr_factor:.2g}")
+        if self.clip_norm is not None:
+            parts.append(f"clip gradients at {self.clip_norm:.3g}")
+        if self.eps is not None:
+            parts.append(f"eps={self.eps:g}")
+        return " + ".join(parts) or "no change"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """What one fix did when tried: ``losses`` on the failing step's batch, before the first
+    trial update and after each one (``nan`` where it went non-finite)."""
+
+    fix: Fix
+    losses: tuple[float, ...]
+    from_step: int | None = None
+    note: str | None = None
+    lr: float | None = None  # the learning rate the trial's updates used (the first group's)
+    grads_finite: bool = True  # False: the gradients of the last loss were not finite
+
+    @property
+    def finite(self) -> bool:
+        return bool(self.losses) and all(math.isfinite(v) for v in self.losses) and self.grads_finite
+
+    @property
+    def fails_at_start(self) -> bool:
+        """The step failed at the snapshot's own weights, before any trial update: no fix of
+        the update can help — the batch (or a state the script passed in) is what is wrong."""
+        return not self.losses or not math.isfinite(self.losses[0]) or (
+            len(self.losses) == 1 and not self.grads_finite)
+
+    @property
+    def verified(self) -> bool:
+        """Every trial step finite, and the loss lower after the last update than before."""
+        return self.finite and len(self.losses) >= 2 and self.losses[-1] < self.losses[0]
+
+    def describe(self) -> str:
+        if not self.losses:
+            return f"{self.fix.describe()}: not tried ({self.note or 'the step could not be re-run'})"
+        shown = " → ".join(f"{v:.4g}" for v in self.losses)
+        verdict = "verified" if self.verified else ("loss did not go down" if self.finite else
+                                                    "gradients not finite" if not self.grads_finite else "not finite")
+        return f"{self.fix.describe()}: loss {shown} ({verdict})"
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "fix": self.fix.describe(),
+            "verified": self.verified,
+            "finite": self.finite,
+            "grads_finite": self.grads_finite,
+            "losses": [v if math.isfinite(v) else str(v) for v in self.losses],
+            "from_step": self.from_step,
+        }
+        if self.lr is not None:
+            d["lr"] = self.lr
+        for k in ("lr_factor", "clip_norm", "eps"):
+            v = getattr(self.fix, k)
+            if v is not None:
+                d[k] = v
+        if self.note:
+            d["note"] = self.note
+        return d
+
+
+def lr_candidates(ratio: float | None, cap: float) -> list[float]:
+    """Learning-rate factors to try, largest first: the one that brings the measured update/
+    weight ``ratio`` to :data:`TARGET_RATIO` (at most ``cap``), then 10× and 100× smaller."""
+    first = cap
+    if ratio is not None and math.isfinite(ratio) and ratio > 0:
+        first = min(cap, TARGET_RATIO / ratio)
+    first = float(f"{max(first, 1e-12):.2g}")
+    return [first, float(f"{first / 10:.2g}"), float(f"{first / 100:.2g}")]

@@ -1,0 +1,209 @@
+"""The judged outcome, verified fixes, last-known-good snapshots and the repeated-drop stop, at
+the step controller over a fake backend: exact decisions, calls and numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nanguard.core.controller import MAX_REPEATED_DROPS, StepController
+from nanguard.core.diagnosis import Diagnosis
+from nanguard.core.errors import GiveUpError
+from nanguard.core.finding import Finding
+from nanguard.core.history import History, StepRecord
+from nanguard.core.outcome import Level, OutcomeJudge, healthy_now
+from nanguard.core.policy import Recovery
+from nanguard.core.taxonomy import Cause
+from nanguard.core.trials import Fix, Trial, lr_candidates
+from test_controller import FakeBackend
+
+
+def _history(n: int = 20, loss: float = 1.0) -> History:
+    h = History()
+    for i in range(n):  # calm: loss 1, |g| 1, |w| 10, lr 1e-3 (update/weight ratio 1e-4)
+        h.append(StepRecord(step=i, loss=loss, grad_norm=1.0, param_norm=10.0, lr=1e-3))
+    return h
+
+
+def _ctl(policy: str = "recover") -> StepController:
+    return StepController(Recovery(policy=policy), _history())
+
+
+def _diag(cause: Cause) -> Diagnosis:
+    return Diagnosis(cause, 0.9, cause.value)
+
+
+def _finding(source: str | None = None) -> Finding:
+    return Finding(phase="forward", op="aten.mse_loss.default", step=20, source=source)
+
+
+def _step(c: StepController, step: int, loss: float, ratio: float = 1e-4) -> None:
+    """One healthy step with this loss and update/weight ratio, ended."""
+    c.history.append(StepRecord(step=step, loss=loss, grad_norm=1.0, param_norm=10.0, lr=ratio * 10.0))
+    c.healthy()
+    c.step_ended()
+
+
+# --- the judge -----------------------------------------------------------------------------------
+
+
+def test_level_is_the_lower_quartile_and_the_ceiling_twice_it() -> None:
+    h = _history(16)
+    for i, v in enumerate([5.0, 50.0, 500.0, 5000.0]):  # it diverged over its last 4 healthy steps
+        h.append(StepRecord(step=16 + i, loss=v, grad_norm=1.0, param_norm=10.0, lr=1e-3))
+    lv = Level.of(h)
+    assert lv.loss == 1.0 and lv.ceiling == 2.0 and lv.steps == 20
+
+
+def test_recovered_when_the_loss_comes_back_within_the_window() -> None:
+    c = _ctl()
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
+    for s in range(21, 25):
+        _step(c, s, 1.5)
+    assert c.judge.current is not None and c.judge.current.status == "judging"  # 4 < min_steps
+    _step(c, 25, 1.5)
+    out = c.run_ended(26)
+    assert out is not None and out["status"] == "recovered" and out["decided_step"] == 25
+    assert out["loss_before"] == 1.0 and out["loss_now"] == 1.5 and out["healthy_steps_since"] == 5
+
+
+def test_not_recovered_after_the_window_says_by_how_much_and_escalates() -> None:
+    c = _ctl()
+    b = FakeBackend(snapshot_step=0)
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), b, step=20)
+    for s in range(21, 21 + c.judge.window):
+        _step(c, s, 300.0, ratio=5.0)  # finite, but 300× the healthy loss, updates 5× the weights
+    esc = c.recovery.recoveries[-1]
+    assert esc["escalation"] == 1 and esc["lr_factor"] == lr_candidates(5.0, 0.1)[0] == 0.002
+    assert esc["outcome"]["status"] == "not-recovered" and esc["outcome"]["loss_now"] == 300.0
+    assert esc["restored_step"] == 0 and b.calls[-2:] == ["rollback_older", "settings_changed"]
+    for s in range(100, 100 + 2 * c.judge.window):  # the escalations do not help either
+        _step(c, s, 300.0, ratio=5.0)
+    assert c.escalations == 2
+    out = c.run_ended(400)
+    assert out is not None and out["status"] == "not-recovered" and out["events"] == 3
+    assert "loss 1 before the event, 300 now" in out["reason"]
+    assert "update/weight ratio 5 now" in out["reason"]
+
+
+def test_a_run_that_ends_before_its_loss_came_back_is_not_recovered() -> None:
+    c = _ctl("skip")
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
+    _step(c, 21, 40.0)
+    out = c.run_ended(22)
+    assert out is not None and out["status"] == "not-recovered"
+    assert out["reason"].startswith("the run ended 1 healthy step after the last event")
+    assert c.escalations == 0  # skip never escalates
+
+
+def test_no_loss_before_the_event_is_unjudged_not_recovered() -> None:
+    c = StepController(Recovery(policy="recover"), History())
+    c.act(_finding(), _diag(Cause.NONFINITE_INPUT), FakeBackend(), step=0)
+    c.history.append(StepRecord(step=1, loss=None, grad_norm=1.0))
+    c.step_ended()
+    out = c.run_ended(2)
+    assert out is not None and out["status"] == "unjudged"
+
+
+# --- verified fixes ------------------------------------------------------------------------------
+
+
+def _down_when_small(limit: float) -> Any:
+    """A fake trial: the loss goes down only with a learning-rate factor ≤ ``limit``."""
+    def losses(fix: Fix) -> list[float]:
+        f = fix.lr_factor if fix.lr_factor is not None else 1.0
+        return [4.0, 3.5, 3.0, 2.5] if f <= limit else [4.0, 40.0, 400.0, float("nan")]
+    return losses
+
+
+def test_recovery_applies_the_first_verified_fix_with_its_numbers() -> None:
+    c = _ctl()
+    diag = _diag(Cause.LEARNING_RATE_TOO_HIGH)
+    b = FakeBackend(snapshot_step=12, trials=_down_when_small(0.05))
+    a = c.act(_finding(), diag, b, step=20)
+    assert a.kind == "rollback" and a.lr_factor == 0.05  # ×0.5 failed, ×0.05 verified
+    rec = c.recovery.recoveries[-1]
+    assert rec["verified"] is True and [t["verified"] for t in rec["trials"]] == [False, True]
+    assert rec["trials"][1]["losses"] == [4.0, 3.5, 3.0, 2.5] and rec["trials"][1]["from_step"] == 12
+    assert rec["trials"][0]["losses"][-1] == "nan" and rec["trials"][0]["finite"] is False
+    assert c.recovery.lr_scale == pytest.approx(0.05) and diag.trials == rec["trials"]
+    assert b.calls[0] == ("trial", ["learning rate ×0.5", "learning rate ×0.05", "learning rate ×0.005"])
+
+
+def test_no_verified_fix_stops_with_what_was_tried() -> None:
+    c = _ctl()
+    b = FakeBackend(trials=_down_when_small(1e-9))
+    with pytest.raises(GiveUpError, match=r"no fix tried on the failing step.*learning rate ×0\.5: loss 4 → 40"):
+        c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), b, step=20)
+    assert c.recovery.lr_scale == 1.0  # nothing was applied
+
+
+def test_a_backend_that_cannot_retry_applies_the_fix_unverified() -> None:
+    c = _ctl()
+    a = c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
+    rec = c.recovery.recoveries[-1]
+    assert a.lr_factor == 0.5 and rec["verified"] is None and "trials" not in rec
+
+
+def test_a_clip_is_not_switched_on_for_adam_nor_looser_than_the_scripts() -> None:
+    for kw in ({"adaptive": True}, {"script_clip": 0.25}):
+        c = _ctl()
+        a = c.act(_finding(), _diag(Cause.EXPLODING_GRADIENTS), FakeBackend(), step=20, **kw)
+        assert a.clip_norm is None, kw
+    a = _ctl().act(_finding(), _diag(Cause.EXPLODING_GRADIENTS), FakeBackend(), step=20)
+    assert a.clip_norm is not None  # plain SGD, no clip of its own: clipping is the fix
+
+
+def test_trial_describes_itself() -> None:
+    t = Trial(Fix(lr_factor=0.01), (2.0, 1.5), 3)
+    assert t.verified and t.describe() == "learning rate ×0.01: loss 2 → 1.5 (verified)"
+    assert not Trial(Fix(clip_norm=1.0), (2.0, 2.5), 3).verified
+
+
+# --- last known good -----------------------------------------------------------------------------
+
+
+def test_a_snapshot_is_last_known_good_only_when_the_run_is_healthy() -> None:
+    h = _history()
+    assert healthy_now(h)
+    h.append(StepRecord(step=20, loss=1.0, grad_norm=1.0, param_norm=10.0, lr=2.0))  # ratio 0.2
+    assert not healthy_now(h)
+    grow = History()
+    for i in range(8):  # weights ×1.3 per step
+        grow.append(StepRecord(step=i, loss=1.0, grad_norm=1.0, param_norm=10.0 * 1.3**i, lr=1e-3))
+    assert not healthy_now(grow)
+    judge = OutcomeJudge()
+    judge.acted(20, _history())
+    assert not healthy_now(_history(), judge)  # an open episode, not yet back at its level
+
+
+# --- repeated drops ------------------------------------------------------------------------------
+
+
+def test_recover_stops_dropping_batches_from_one_source_after_a_stated_number() -> None:
+    c = _ctl()
+    b = FakeBackend()
+    src = "train.py:41"
+    for s in range(MAX_REPEATED_DROPS - 1):
+        assert c.act(_finding(src), _diag(Cause.NONFINITE_INPUT), b, step=20 + 2 * s).kind == "drop_batch"
+        _step(c, 21 + 2 * s, 1.0)
+    with pytest.raises(GiveUpError, match=r"5 of the last 9 steps held non-finite values entering at train\.py:41"):
+        c.act(_finding(src), _diag(Cause.NONFINITE_INPUT), b, step=28)
+
+
+def test_scattered_bad_batches_are_dropped_without_stopping() -> None:
+    c = _ctl()
+    for s in range(0, 200, 10):  # one bad batch in ten: dropping them is the fix
+        assert c.act(_finding("train.py:41"), _diag(Cause.NONFINITE_INPUT), FakeBackend(), step=s).kind == "drop_batch"
+        c.healthy()
+
+
+def test_state_carried_across_steps_stops_recover_with_the_first_event() -> None:
+    c = _ctl()
+    first = _finding()
+    c.act(first, _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
+    carried = Finding(phase="forward", op="aten.mm.default", step=21, details={"origin": "carried"})
+    with pytest.raises(GiveUpError, match="carries across steps") as info:
+        c.act(carried, _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=21)
+    assert info.value.finding is first and info.value.last is not None and info.value.last[0] is carried
