@@ -264,7 +264,14 @@ def test_state_carried_across_steps_is_not_data_and_recover_stops_on_the_first_e
     first, last = err.finding, err.last
     assert (first.step, first.op, first.module) == (3, "aten.mm.default", "rnn")  # leads with the first
     assert err.diagnosis is not None and err.diagnosis.cause is Cause.LEARNING_RATE_TOO_HIGH
+    # at step 3 every fix was tried from the healthy snapshot of step 0 — with the hidden state the
+    # script passed in, already huge — and none helped: the batch's step was skipped, not "fixed"
+    trials = err.diagnosis.trials
+    assert [t["lr_factor"] for t in trials] == [0.01, 0.001, 0.0001] and not any(t["verified"] for t in trials)
+    assert all(t["from_step"] == 0 and t["losses"][0] > 1e20 for t in trials)
+    assert "state the script carries across steps" in g.recoveries[0]["reason"]
+    # at step 4 the state itself is non-finite: carried, not data, and recover stops at once
     assert last is not None and last[0].step == 4 and last[0].details["origin"] == "carried"
     assert last[1] is not None and last[1].cause is Cause.LEARNING_RATE_TOO_HIGH  # not nonfinite-input
-    assert [r["action"] for r in g.recoveries] == ["rollback", "give_up"]  # no batch was "dropped"
+    assert [r["action"] for r in g.recoveries] == ["drop_batch", "give_up"]
     assert "carries across steps" in err.reason

@@ -19,7 +19,8 @@ __all__ = ["History", "StepRecord"]
 class StepRecord:
     """What one step looked like.
 
-    ``loss`` and ``grad_norm`` are read before the update, ``param_norm`` after it. Any of them may
+    ``loss`` and ``grad_norm`` are read before the update, ``param_norm`` after it;
+    ``grad_norm`` is from before the script's own ``clip_grad_norm_`` (``clipped_norm`` after). Any of them may
     be ``None`` when the adapter could not observe it (no optimizer, no loss seen, ...).
     ``layer_grad_norms`` / ``layer_param_norms`` are kept only for the most recent steps.
     """
@@ -30,6 +31,8 @@ class StepRecord:
     param_norm: float | None = None
     lr: float | None = None
     update_norm: float | None = None  # estimated |Δw| of this step's update (adapter's estimate)
+    clipped_norm: float | None = None  # the gradient norm after the script's own clipping
+    # (``grad_norm`` is then the norm from before it: what the diagnosis reads)
     finite: bool = True
     skipped: bool = False
     event: str | None = None  # "nonfinite", "skip", "rollback", ...
@@ -52,9 +55,10 @@ class StepRecord:
             return None
         upd = self.update_norm
         if upd is None:
-            if self.lr is None or self.grad_norm is None or not math.isfinite(self.grad_norm):
+            g = self.clipped_norm if self.clipped_norm is not None else self.grad_norm
+            if self.lr is None or g is None or not math.isfinite(g):
                 return None
-            upd = self.lr * self.grad_norm
+            upd = self.lr * g
         return upd / self.param_norm if math.isfinite(upd) else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,6 +77,8 @@ class StepRecord:
         }
         if self.update_norm is not None:
             d["update_norm"] = clean(self.update_norm)
+        if self.clipped_norm is not None:
+            d["clipped_norm"] = clean(self.clipped_norm)
         if self.skipped:
             d["skipped"] = True
         if self.event:

@@ -375,13 +375,19 @@ class _LightningBackend:
         for p in self.params:
             p.grad = None
 
-    def rollback(self) -> int | None:
-        snap = self.cb.snapshots.last
+    def rollback(self, older: bool = False) -> int | None:
+        snap = self.cb.snapshots.target(older)
         if snap is None:
             return None
         Snapshotter.restore(snap, self.params, floating_buffers([self.pl_module]), [self.opt],
                             _schedulers(self.trainer, self.opt), [])
         return int(snap.step)
+
+    def trial(self, fixes: list[Any]) -> None:
+        return None  # Lightning owns the step (its closure): a fix is judged by the outcome
+
+    def settings_changed(self) -> None:
+        return None
 
     def set_eps(self, eps: float) -> None:
         for g in self.opt.param_groups:

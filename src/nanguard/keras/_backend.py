@@ -34,8 +34,8 @@ class KerasBackend:
     def skip_update(self) -> None:
         self.guard.step_was_skipped = True  # the traced step did not apply it
 
-    def rollback(self) -> int | None:
-        snap = self.guard.snapshots.last
+    def rollback(self, older: bool = False) -> int | None:
+        snap = self.guard.snapshots.last  # Keras keeps one snapshot: ``older`` restores it too
         if snap is None:
             return None
         Snapshotter.restore(snap)
@@ -43,6 +43,12 @@ class KerasBackend:
             st.refresh_backups()
         self.guard.step_was_skipped = True
         return int(snap.step)
+
+    def trial(self, fixes: list[Any]) -> None:
+        return None  # the step is a traced function: a fix is judged by the outcome
+
+    def settings_changed(self) -> None:
+        self.guard._apply_recovery_settings()
 
     def set_eps(self, eps: float) -> None:
         for st in self.guard._states.values():
@@ -92,6 +98,8 @@ def snapshot_before_first_update(guard: KerasGuard, optimizer: Any, variables: l
 def maybe_snapshot(guard: KerasGuard) -> None:
     if guard.policy == "raise" or not guard.snapshots.due(guard.step):
         return
+    if not guard.controller.snapshot_ok():
+        return  # finite, but not healthy by the controller's signals: not "last known good"
     if not optimizers_built(guard):
         return
     guard.snapshots.take(guard.step, all_variables(guard))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..core.trials import Fix, Trial
 from ._stats import all_finite
 from .snapshot import Snapshotter, floating_buffers, module_buffers
 
@@ -49,23 +50,31 @@ class TorchBackend:
                 if p.grad is not None:
                     p.grad.zero_()
 
-    def rollback(self) -> int | None:
+    def rollback(self, older: bool = False) -> int | None:
         g = self.guard
-        snap = g.snapshots.last
+        snap = g.snapshots.target(older)
         if snap is None:
             return None
-        primary = g.watch.primary
-        Snapshotter.restore(
-            snap,
-            g.watch.params(),
-            module_buffers(g.watch.roots()),
-            [primary] if primary is not None else [],
-            g._schedulers_of(primary),
-            g._scalers_all(),
-        )
+        self._restore_to(snap)
         g._weights_ok = True  # a snapshot only ever holds finite weights
         g.step_was_skipped = True
         return int(snap.step)
+
+    def trial(self, fixes: list[Fix]) -> list[Trial] | None:
+        from ._trial import run_trials
+
+        return run_trials(self.guard, self.params, self.opt, fixes,
+                          lambda: self._restore_to(self.guard.snapshots.last))
+
+    def settings_changed(self) -> None:
+        return None  # the pre-step hook reads the back-off and the clip at every step
+
+    def _restore_to(self, snap: Any) -> None:
+        g = self.guard
+        primary = g.watch.primary
+        Snapshotter.restore(snap, g.watch.params(), module_buffers(g.watch.roots()),
+                            [primary] if primary is not None else [], g._schedulers_of(primary),
+                            g._scalers_all())
 
     def set_eps(self, eps: float) -> None:
         if self.opt is None:
@@ -135,6 +144,8 @@ def maybe_snapshot(guard: Guard, before_update: bool) -> None:
         return
     opt = guard.watch.primary
     watched = guard.watch.params()
+    if not before_update and not guard.controller.snapshot_ok():
+        return  # the run is finite but not healthy by the controller's signals: not "good"
     if not all_finite(watched):
         return  # never keep non-finite weights as the "last good" state
     guard.snapshots.take(

@@ -104,6 +104,8 @@ class BackwardHooks(GuardBase, _autograd.BackwardListener):
     def clip_called(self, total_norm: Any, max_norm: float) -> None:
         """After ``torch.nn.utils.clip_grad_norm_``: when the total norm overflowed, every gradient
         was scaled by 0 and the returned inf is the only trace — it joins the step's check."""
+        if self._trialing:
+            return
         if isinstance(max_norm, (int, float)) and math.isfinite(max_norm):
             self.clip_norm = float(max_norm)
         if isinstance(total_norm, torch.Tensor) and checkable(total_norm):

@@ -21,7 +21,7 @@ from ..core.controller import StepController
 from ..core.diagnosis import Diagnosis, RunContext, diagnose
 from ..core.finding import Finding
 from ..core.history import History, StepRecord
-from ..core.ops import update_norm_estimate
+from ..core.ops import ADAPTIVE_OPTIMIZERS, update_norm_estimate
 from ..core.policy import Recovery
 from . import _dist
 from ._backend import TorchBackend
@@ -69,6 +69,7 @@ class GuardBase:
     _buffer_copy: list[torch.Tensor] | None
     _in_opt_step: bool
     _in_closure: bool
+    _trialing: bool
     _settings_applied: bool
     _n_losses: int
     _params_due: bool
@@ -135,6 +136,7 @@ class GuardBase:
             clip_norm=self.clip_norm if self.clip_norm is not None else self.recovery.clip_norm,
             num_params=sum(p.numel() for p in params) or None,
             scheduler=type(scheds[0]).__name__ if scheds else None,
+            lr_scale=self.recovery.lr_scale,
         )
 
     def _history_for(self, opt: torch.optim.Optimizer | None) -> History:
@@ -181,6 +183,10 @@ class GuardBase:
         loss = math.fsum(g.losses[:n_loss]) if g is not None and n_loss else self._carry_loss
         self._carry_loss = None
         gnorm = g.norm if g is not None else None
+        # the script's clip_grad_norm_ returned the total norm from before it clipped: that is
+        # the evidence (the update itself used the clipped gradients: its size is from gnorm)
+        pre = [v for v in (g.losses[n_loss:] if g is not None else []) if v == v]
+        pre_clip = max(pre) if pre else None
         if finite is None:
             finite = (g is None or g.finite) and (p is None or p.finite)
         rec = StepRecord(
@@ -188,7 +194,8 @@ class GuardBase:
             loss=loss,
             update_norm=update_norm_estimate(type(opt).__name__ if opt is not None else None, lr, gnorm,
                                              self.watch.num_params()),
-            grad_norm=gnorm,
+            grad_norm=pre_clip if pre_clip is not None else gnorm,
+            clipped_norm=gnorm if pre_clip is not None else None,
             param_norm=p.norm if p is not None else None,
             lr=lr,
             finite=finite,
@@ -242,7 +249,8 @@ class GuardBase:
             eps = float(e) if isinstance(e, (int, float)) else None
         action = self.controller.act(
             finding, diag, TorchBackend(self, params, opt), step=self.step, eps=eps,
-            after_update=after_update, rollback_weights=rollback_weights,
+            after_update=after_update, rollback_weights=rollback_weights, script_clip=self.clip_norm,
+            adaptive=opt is not None and type(opt).__name__ in ADAPTIVE_OPTIMIZERS,
         )
         self._event_tag = action.kind
         self.step_was_skipped = True

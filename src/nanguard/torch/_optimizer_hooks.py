@@ -55,7 +55,7 @@ class OptimizerHooks(GuardBase):
         self.watch.leaves = None
 
     def _pre_step(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self.optimizer is not None and opt is not self.optimizer:
+        if self._trialing or (self.optimizer is not None and opt is not self.optimizer):
             return None
         self.recorder.paused += 1
         self.recorder.tape_off()
@@ -164,7 +164,7 @@ class OptimizerHooks(GuardBase):
         self._deferred = (f, diagnose(f, self._history_for(opt), self.context(opt)))
 
     def _post_step(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if self.optimizer is not None and opt is not self.optimizer:
+        if self._trialing or (self.optimizer is not None and opt is not self.optimizer):
             return
         self._in_opt_step = False
         self.recorder.paused = max(0, self.recorder.paused - 1)

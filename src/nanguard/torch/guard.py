@@ -123,6 +123,7 @@ class Guard(OptimizerHooks, BackwardHooks, RecoveryCounters):
         self._buffer_copy: list[torch.Tensor] | None = None
         self._in_opt_step = False
         self._in_closure = False
+        self._trialing = False  # a fix is being tried on the failing step (_trial): hooks stand aside
         self._settings_applied = False
         self._n_losses = 0
         self._params_due = True  # the weights are checked once before the first update too

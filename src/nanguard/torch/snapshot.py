@@ -1,9 +1,10 @@
 """Snapshots for rollback: weights, buffers, optimizer, LR schedulers, GradScaler and RNG.
 
-Taken by the ``recover`` policy after a healthy step, every ``every`` steps (and after the first
-one). One snapshot is kept at a time, as a CPU copy: its size is that of the weights, the floating
-buffers and the optimizer state together (for Adam about 3× the weights) — the bound stated in
-the docs. With ``directory`` set it is also written there with ``torch.save`` and read back with
+Taken under ``skip``/``recover`` before the first update, then every ``every`` steps after a step
+that was healthy by the step controller's signals (the last known good state). Two are kept —
+the newest and the one before it (an escalated rollback goes there) — as CPU copies: each the
+size of the weights, the floating buffers and the optimizer state together (for Adam about 3×
+the weights) — the bound stated in the docs. With ``directory`` set it is also written there with ``torch.save`` and read back with
 ``torch.load(weights_only=True)``. Restoring copies every value back bit for bit.
 """
 
@@ -65,12 +66,29 @@ class Snapshotter:
 
     every: int = 50
     directory: str | None = None
-    last: Snapshot | None = None
     taken: int = field(default=0)
+    keep: int = 2
+    ring: list[Snapshot] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.every < 1:
             raise ValueError(f"snapshot_every must be >= 1, got {self.every}")
+
+    @property
+    def last(self) -> Snapshot | None:
+        """The newest snapshot (``None``: none yet)."""
+        return self.ring[-1] if self.ring else None
+
+    @last.setter
+    def last(self, snap: Snapshot | None) -> None:
+        self.ring = [] if snap is None else [*self.ring, snap][-self.keep:]
+
+    def target(self, older: bool = False) -> Snapshot | None:
+        """What a rollback restores: the newest snapshot, or with ``older`` the one before it
+        (dropping the newer one: it did not hold a state the run could come back from)."""
+        if older and len(self.ring) > 1:
+            self.ring.pop()
+        return self.last
 
     def due(self, step: int) -> bool:
         return self.last is None or step - self.last.step >= self.every
@@ -111,7 +129,7 @@ class Snapshotter:
             )
             os.replace(path + ".tmp", path)
             snap.path = path
-        self.last = snap
+        self.last = snap  # appended to the ring
         self.taken += 1
         return snap
 

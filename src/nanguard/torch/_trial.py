@@ -1,0 +1,171 @@
+"""Trying a fix on the failing step before it is applied (see :mod:`nanguard.core.trials`).
+
+Runs only after a non-finite step whose cause has a recovery rule, under ``skip``/``recover``:
+from the newest healthy snapshot, the failing step's recorded events (the model call and the
+loss computation, with the RNG states they ran with) are re-run plainly — no locator — to get
+the loss and the gradients on that batch; the fix is applied (learning-rate factor, clipping,
+``eps``) and the real optimizer takes the update, :data:`~nanguard.core.trials.TRIAL_STEPS`
+times. The guard's own hooks stand aside while it runs (``guard._trialing``); the run is left at
+the snapshot, with the step's gradients as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..core.trials import TRIAL_STEPS, Fix, Trial
+from . import _autograd
+from ._recorder import Backward, Event, RootCall, TapeOp
+from .replay import _run_op, _run_root, _Values
+
+if TYPE_CHECKING:
+    from ._guard_base import GuardBase as Guard
+
+__all__ = ["run_trials"]
+
+log = logging.getLogger("nanguard")
+
+
+class _Plain:
+    """What the replay's event runners need of a locator, doing nothing: a trial is plain."""
+
+    def running(self, **_: Any) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def note(self, _: str) -> None:
+        return None
+
+
+def step_loss(events: Sequence[Event], params: Sequence[torch.Tensor]) -> tuple[float, list[torch.Tensor | None]]:
+    """Re-run ``events`` (up to the step's last backward) on the weights as they are now: the
+    step's loss (the sum of its backward roots) and the gradients of ``params``."""
+    last = max((i for i, ev in enumerate(events) if isinstance(ev, Backward)), default=-1)
+    if last < 0:
+        raise LookupError("the step has no recorded backward")
+    values, produced, loc = _Values(), set[int](), _Plain()
+    grad_fn = _autograd.original_grad()
+    total: list[torch.Tensor | None] = [None] * len(params)
+    loss = 0.0
+    for i, ev in enumerate(events[: last + 1]):
+        if isinstance(ev, TapeOp):
+            _run_op(ev, i, values, loc, produced)  # type: ignore[arg-type]
+        elif isinstance(ev, RootCall):
+            _run_root(ev, i, values, loc, produced)  # type: ignore[arg-type]
+        elif isinstance(ev, Backward):
+            roots = [r for r in values.resolve(ev.roots) if isinstance(r, torch.Tensor) and r.requires_grad]
+            if not roots:
+                continue
+            loss += math.fsum(float(r.detach().double().sum()) for r in roots)
+            want = [p for p in params if p.requires_grad]
+            gs = grad_fn(roots, want, [torch.ones_like(r) for r in roots], allow_unused=True)
+            it = iter(gs)
+            for j, p in enumerate(params):
+                if not p.requires_grad:
+                    continue
+                g = next(it)
+                if g is not None:
+                    prev = total[j]
+                    total[j] = g if prev is None else prev + g
+    return loss, total
+
+
+@contextlib.contextmanager
+def _settings(opt: torch.optim.Optimizer, fix: Fix, scale: float) -> Iterator[None]:
+    """The optimizer's learning rate (× the run's back-off × the fix's factor) and ``eps`` for
+    one trial update; put back after it."""
+    saved = [(g.get("lr"), g.get("eps")) for g in opt.param_groups]
+    factor = scale * (fix.lr_factor if fix.lr_factor is not None else 1.0)
+    for g in opt.param_groups:
+        if isinstance(g.get("lr"), (int, float)):
+            g["lr"] = g["lr"] * factor
+        if fix.eps is not None and isinstance(g.get("eps"), (int, float)) and g["eps"] < fix.eps:
+            g["eps"] = fix.eps
+    try:
+        yield
+    finally:
+        for g, (lr, eps) in zip(opt.param_groups, saved):
+            if lr is not None:
+                g["lr"] = lr
+            if eps is not None:
+                g["eps"] = eps
+
+
+def _lr_of(opt: torch.optim.Optimizer, fix: Fix, scale: float) -> float | None:
+    lr = opt.param_groups[0].get("lr") if opt.param_groups else None
+    if not isinstance(lr, (int, float)):
+        return None
+    return float(lr) * scale * (fix.lr_factor if fix.lr_factor is not None else 1.0)
+
+
+def _raw_step(opt: torch.optim.Optimizer) -> None:
+    """The optimizer's update without its step hooks (nobody's: not the guard's, not the
+    script's own — a trial is not a step of the run) where torch's hook wrapper can be undone."""
+    raw = getattr(type(opt).step, "__wrapped__", None)
+    if raw is not None:
+        raw(opt)
+    else:
+        opt.step()
+
+
+def _one(guard: Guard, events: Sequence[Event], params: list[torch.Tensor], opt: torch.optim.Optimizer,
+         fix: Fix, restore: Any) -> tuple[tuple[float, ...], bool]:
+    """One fix: the losses before and after each trial update, and whether the last gradients
+    were finite."""
+    restore()
+    losses: list[float] = []
+    clips = [c for c in (fix.clip_norm, guard.clip_norm, guard.recovery.clip_norm) if c is not None]
+    for k in range(TRIAL_STEPS + 1):
+        loss, grads = step_loss(events, params)
+        losses.append(loss)
+        if k == TRIAL_STEPS or not math.isfinite(loss):
+            break
+        if any(g is not None and not bool(torch.isfinite(g).all()) for g in grads):
+            return tuple(losses), False
+        for p, g in zip(params, grads):
+            p.grad = g
+        if clips:
+            torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], min(clips))
+        with _settings(opt, fix, guard.recovery.lr_scale):
+            _raw_step(opt)
+    return tuple(losses), True
+
+
+def run_trials(guard: Guard, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None,
+               fixes: Sequence[Fix], restore: Any) -> list[Trial] | None:
+    """Try each of ``fixes`` (see the module docstring); ``None`` when the step cannot be re-run
+    (no snapshot, no optimizer, no recorded backward, a loss scaler's scaled loss)."""
+    snap = guard.snapshots.last
+    events = list(guard.recorder.events)
+    if snap is None or opt is None or not any(isinstance(ev, Backward) for ev in events) or guard._scalers_all():
+        return None
+    ps = list(params)
+    saved_grads = [p.grad for p in ps]
+    out: list[Trial] = []
+    guard._trialing = True
+    guard.recorder.paused += 1
+    guard.recorder.tape_off()
+    try:
+        for fix in fixes:
+            try:
+                losses, grads_ok = _one(guard, events, ps, opt, fix, restore)
+            except Exception:  # an event could not be re-run: the fix is judged by the outcome
+                log.debug("nanguard: trial of %s failed", fix.describe(), exc_info=True)
+                return None
+            out.append(Trial(fix, losses, snap.step, lr=_lr_of(opt, fix, guard.recovery.lr_scale),
+                             grads_finite=grads_ok))
+            if out[-1].verified or out[-1].fails_at_start:
+                break  # the least drastic fix that works is the one applied; a step that fails
+                # before any update fails so whatever the fix
+    finally:
+        restore()
+        for p, g in zip(ps, saved_grads):
+            p.grad = g
+        guard.recorder.paused -= 1
+        guard._trialing = False
+    return out
