@@ -5,7 +5,9 @@ The script runs as ``__main__`` — its ``sys.argv``, working directory, ``sys.p
 install themselves the moment the script imports their framework (a post-import hook), so a
 PyTorch script never loads TensorFlow and the other way round.
 
-Exit status: the script's own when it ends (healthy or recovered); **3** when it stopped on a
+Exit status: the script's own when it ends (healthy or recovered); **4** when it finished after
+non-finite values but its loss never came back to its healthy level (``not-recovered``; the
+script's own status when that is not 0); **3** when it stopped on a
 non-finite value (also when the NaN made the script fail in its own way, e.g. in
 ``torch.multinomial``); 1 for an unrelated exception (its traceback is printed as Python would);
 2 for a missing script, bad arguments or an output that cannot be written (checked before the
@@ -35,6 +37,7 @@ from .core.runlog import RunLog
 __all__ = ["EXIT_NONFINITE", "RunOptions", "run_script"]
 
 EXIT_NONFINITE = 3
+EXIT_NOT_RECOVERED = 4  # finished after non-finite values, but the loss never came back
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM: what schedulers (Slurm, Kubernetes) expect
 
@@ -55,6 +58,7 @@ class Session(Protocol):
     def recoveries(self) -> list[dict[str, Any]]: ...
     def complete(self, err: NonFiniteError) -> NonFiniteError: ...
     def swallowed(self) -> tuple[NonFiniteError, str] | None: ...
+    def outcome(self) -> dict[str, Any] | None: ...
     def explain_crash(self, exc: BaseException) -> NonFiniteError | None: ...
 
 
@@ -310,7 +314,7 @@ class _Run:
             for note in (stop_note, self.swallow_note):
                 if note:
                     print(f"nanguard: {note}", file=sys.stderr)
-        elif log.status == "recovered":
+        elif log.status in ("recovered", "not-recovered"):
             self._print_summary()
         # each output on its own: a full disk for one does not cost the other, nor the status
         failures = write_outputs(
@@ -346,12 +350,18 @@ class _Run:
                 self.status = self.status or EXIT_NONFINITE
         if log.status == "ok" and (log.recoveries or log.events):
             log.status = "recovered"  # met non-finite values (skipped, recovered), finished anyway
+            log.outcome = next((o for o in (s.outcome() for s in self.sessions) if o is not None), None)
+            if log.outcome is not None and log.outcome.get("status") == "not-recovered":
+                # it finished, but its loss never came back to its healthy level: not a fix
+                log.status = "not-recovered"
+                if self.status == 0:
+                    self.status = EXIT_NOT_RECOVERED
 
     def _print_summary(self) -> None:
         from .core.render import recovery_summary
 
         log, opts = self.log, self.opts
-        text = recovery_summary(log.steps, log.recoveries, len(log.events), opts.policy)
+        text = recovery_summary(log.steps, log.recoveries, len(log.events), opts.policy, log.outcome)
         if text:
             sys.stdout.flush()
             print(text + ("" if opts.json_path or opts.report_path else

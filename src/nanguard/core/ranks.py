@@ -45,7 +45,7 @@ def _rank_siblings(path: str) -> list[str]:
 
 
 #: the worse status wins when ranks are merged
-_SEVERITY = {"ok": 0, "recovered": 1, "interrupted": 2, "error": 3, "nonfinite": 4}
+_SEVERITY = {"ok": 0, "recovered": 1, "not-recovered": 2, "interrupted": 3, "error": 4, "nonfinite": 5}
 
 
 def merge_ranks(path: str) -> dict[str, Any]:

@@ -90,7 +90,20 @@ def format_finding(f: Finding, d: Diagnosis | None = None, width: int = 100,
                 top, *rest = fix.splitlines()
                 lines.append(f"  {i}. {top}")
                 lines.extend(f"     {r}" for r in rest)
+        lines.extend(_tried(d))
     return "\n".join(lines)
+
+
+def _tried(d: Diagnosis) -> list[str]:
+    """The fixes tried on the failing step (``Diagnosis.trials``), one line each."""
+    if not d.trials:
+        return []
+    out = ["", f"tried on the failing step (from the snapshot of step {d.trials[0].get('from_step')}):"]
+    for t in d.trials:
+        losses = " → ".join(v if isinstance(v, str) else f"{v:.4g}" for v in t.get("losses", []))
+        verdict = _verdict(t)
+        out.append(f"  - {t.get('fix')}: loss {losses} ({verdict})")
+    return out
 
 
 def finding_panel(f: Finding, d: Diagnosis | None = None, first: bool = True) -> RenderableType:
@@ -126,6 +139,7 @@ def finding_panel(f: Finding, d: Diagnosis | None = None, first: bool = True) ->
                 parts.append(Text(f"{i}.", style="bold"))
                 parts.append(Syntax(fix, "python", theme="ansi_dark", background_color="default",
                                     word_wrap=True))
+        parts.extend(Text(line) for line in _tried(d))
     title = f"nanguard · {f.phase} · {canonical_op(f.op) or f.phase}"
     return Panel(Group(*parts), title=title, border_style="red", expand=False)
 
@@ -135,6 +149,7 @@ def recovery_summary(
     recoveries: list[dict[str, Any]],
     n_events: int,
     policy: str,
+    outcome: dict[str, Any] | None = None,
     max_lines: int = 8,
     header: str | None = None,
 ) -> str | None:
@@ -180,4 +195,44 @@ def recovery_summary(
     if clip is not None:
         totals.append(f"gradients clipped at {clip:.3g}")
     lines.append("  in all: " + ", ".join(totals))
+    lines.extend(trial_lines(recoveries))
+    lines.extend(outcome_lines(outcome))
     return "\n".join(lines)
+
+
+def trial_lines(recoveries: list[dict[str, Any]], max_lines: int = 4) -> list[str]:
+    """The fixes tried on failing steps before one was applied, with their losses."""
+    out: list[str] = []
+    for r in recoveries:
+        trials = r.get("trials") or []
+        if not trials:
+            if r.get("action") == "rollback" and "verified" in r and r["verified"] is None:
+                out.append(f"  step {r.get('step')}: {r.get('description')} applied untried "
+                           "(the step could not be re-run): judged by the outcome below")
+            continue
+        for t in trials:
+            losses = " → ".join(f"{v:.4g}" if isinstance(v, (int, float)) else str(v) for v in t.get("losses", []))
+            verdict = _verdict(t)
+            out.append(f"  step {r.get('step')}: tried {t.get('fix')} from step {t.get('from_step')}: "
+                       f"loss {losses} ({verdict})")
+    if len(out) > max_lines:
+        out = [*out[:max_lines], f"  … and {len(out) - max_lines} more tries (the run log lists them)"]
+    return out
+
+
+def outcome_lines(outcome: dict[str, Any] | None) -> list[str]:
+    """The judged outcome: did the loss come back to the run's healthy level?"""
+    if not outcome:
+        return []
+    status = outcome.get("status")
+    head = {"recovered": "outcome: recovered", "not-recovered": "outcome: NOT recovered",
+            "unjudged": "outcome: not judged"}.get(str(status), f"outcome: {status}")
+    return [f"  {head} — {outcome.get('reason') or ''}".rstrip(" —")]
+
+
+def _verdict(t: dict[str, Any]) -> str:
+    if t.get("verified"):
+        return "verified"
+    if t.get("grads_finite") is False:
+        return "gradients not finite"
+    return "not finite" if not t.get("finite") else "loss did not go down"

@@ -371,6 +371,7 @@ def _e(x: Any) -> str:
 _STATUS_WORDS = {
     "ok": ("healthy", "ok"),
     "recovered": ("recovered", "warn"),
+    "not-recovered": ("finished, not recovered", "bad"),
     "nonfinite": ("stopped on a non-finite value", "bad"),
     "error": ("crashed", "bad"),
     "interrupted": ("interrupted", "warn"),
@@ -388,9 +389,11 @@ def _summary(doc: Mapping[str, Any]) -> str:
         return f"{steps} steps, no non-finite value."
     if status == "nonfinite" and events:
         return f"Stopped at step {events[0].get('step')}: {headline(Finding.from_dict(events[0]))}."
-    if status == "recovered":
+    if status in ("recovered", "not-recovered"):
+        out = doc.get("outcome") or {}
+        verdict = f" Outcome: {out.get('status')} — {out.get('reason')}." if out else ""
         return (f"Met non-finite values {len(events)} time(s) and finished {steps} steps: "
-                f"{rollbacks} rollback(s), {skips} skipped or dropped step(s).")
+                f"{rollbacks} rollback(s), {skips} skipped or dropped step(s).{verdict}")
     if status == "error":
         return f"The script raised an error after {steps} steps."
     if status == "interrupted":
@@ -454,6 +457,14 @@ def _finding_html(ev: Mapping[str, Any], idx: int) -> str:
                 for i, fix in enumerate(fixes)
             )
             parts.append(f"<h3>What to try</h3><ol class='fixes'>{items}</ol>")
+        trials = ev.get("trials") or []
+        if trials:
+            items_t = "".join(
+                f"<li>{_e(t.get('fix'))}: loss {_e(' → '.join(str(v) if isinstance(v, str) else f'{v:.4g}' for v in t.get('losses', [])))}"
+                f" — <b>{'verified' if t.get('verified') else 'not verified'}</b></li>"
+                for t in trials)
+            parts.append(f"<h3>Tried on the failing step (from step {_e(trials[0].get('from_step'))})</h3>"
+                         f"<ul class='trials'>{items_t}</ul>")
     return "\n".join(parts)
 
 

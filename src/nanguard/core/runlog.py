@@ -21,9 +21,11 @@ from .outfile import write_atomic
 __all__ = ["SCHEMA_VERSION", "STATUSES", "RunLog", "check_document", "event_dict"]
 
 SCHEMA_VERSION = 1
-#: ``ok``: no non-finite value; ``nonfinite``: stopped on one; ``recovered``: met some, finished;
-#: ``error``: the script raised something else; ``interrupted``: Ctrl-C / SIGTERM.
-STATUSES = ("ok", "nonfinite", "recovered", "error", "interrupted")
+#: ``ok``: no non-finite value; ``nonfinite``: stopped on one; ``recovered``: met some, finished,
+#: and the loss came back to the run's healthy level (``outcome``); ``not-recovered``: met some,
+#: finished, but the loss did not come back; ``error``: the script raised something else;
+#: ``interrupted``: Ctrl-C / SIGTERM.
+STATUSES = ("ok", "nonfinite", "recovered", "not-recovered", "error", "interrupted")
 
 
 def _json_safe(x: Any) -> Any:
@@ -64,6 +66,7 @@ def event_dict(f: Finding, d: Diagnosis | None) -> dict[str, Any]:
         "evidence": list(d.evidence) if d else [],
         "fixes": list(d.fixes) if d else [],
         "rule": d.rule if d else None,
+        "trials": list(d.trials) if d else [],
         "inputs": [s.to_dict() for s in f.inputs],
         "scalars": dict(f.scalars),
         "details": dict(f.details),
@@ -89,6 +92,7 @@ class RunLog:
     notes: list[str] = field(default_factory=list)
     started: float | None = None
     duration_s: float | None = None
+    outcome: dict[str, Any] | None = None  # the judged outcome of the recoveries (core.outcome)
     rank: int | None = None  # under torchrun: this process's rank ...
     world_size: int | None = None  # ... of this many
 
@@ -107,6 +111,7 @@ class RunLog:
             "duration_s": round(self.duration_s, 3) if self.duration_s is not None else None,
             "events": [event_dict(f, d) for f, d in self.events],
             "recoveries": _json_safe(self.recoveries),
+            "outcome": _json_safe(self.outcome),
             "error": self.error,
             "notes": list(self.notes),
             "history": self.history.to_list() if self.history is not None else [],
@@ -150,14 +155,14 @@ _VALUE = (int, float, str, type(None))  # a history value: a number, "nan"/"inf"
 _TOP: dict[str, tuple[type, ...]] = {
     "status": (str,), "steps": (int,), "script": _STR, "argv": (list,), "exit_code": _OPT_INT,
     "framework": _STR, "duration_s": _OPT_NUM, "events": (list,), "recoveries": (list,),
-    "error": _STR, "notes": (list,), "history": (list,),
+    "error": _STR, "notes": (list,), "history": (list,), "outcome": (dict, type(None)),
 }
 _EVENT: dict[str, tuple[type, ...]] = {
     "step": _OPT_INT, "phase": (str,), "op": _STR, "grad_fn": _STR, "module": _STR,
     "module_type": _STR, "source": _STR, "source_code": _STR, "dtype": _STR, "shape": (list,),
     "nan": (int,), "posinf": (int,), "neginf": (int,), "reached": _STR, "rank": _OPT_INT,
     "cause": _STR, "confidence": _OPT_NUM, "summary": _STR, "evidence": (list,),
-    "fixes": (list,), "inputs": (list,), "scalars": (dict,), "details": (dict,),
+    "fixes": (list,), "inputs": (list,), "scalars": (dict,), "details": (dict,), "trials": (list,),
 }
 _INPUT: dict[str, tuple[type, ...]] = {
     "name": (str,), "dtype": (str,), "shape": (list,), "numel": (int,), "nan": (int,),
@@ -167,6 +172,7 @@ _INPUT: dict[str, tuple[type, ...]] = {
 _RECOVERY: dict[str, tuple[type, ...]] = {
     "step": _OPT_INT, "action": _STR, "description": _STR, "reason": _STR, "cause": _STR,
     "restored_step": _OPT_INT, "steps_lost": _OPT_INT, "lr_scale": _OPT_NUM, "clip_norm": _OPT_NUM,
+    "verified": (bool, type(None)), "trials": (list,),
 }
 _RECORD: dict[str, tuple[type, ...]] = {
     "step": (int,), "loss": _VALUE, "grad_norm": _VALUE, "param_norm": _VALUE, "lr": _VALUE,

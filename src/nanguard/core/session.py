@@ -39,6 +39,15 @@ class GuardSession:
     def recoveries(self) -> list[dict[str, Any]]:
         return list(self.guard.recoveries)
 
+    def outcome(self) -> dict[str, Any] | None:
+        """The judged outcome of the guard's recoveries, decided now that the script ended
+        (``None``: the policy never acted on a non-finite step)."""
+        controller = getattr(self.guard, "controller", None)
+        if controller is None or not hasattr(controller, "run_ended"):
+            return None
+        out: dict[str, Any] | None = controller.run_ended(int(self.guard.step))
+        return out
+
     def verify_notes(self) -> list[str]:
         """Under ``NANGUARD_VERIFY=1``: whether weights and optimizer state stayed finite."""
         if not self.guard.verify:
