@@ -252,7 +252,8 @@ def test_history_rules() -> None:
     d = overflow.updates_too_large(c["updates_too_large"])
     assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH and d.confidence == 0.85
     assert "the weight norm grew 243x over the last 6 steps: 10 → 2.43e+03, ×3 per step" in d.evidence
-    assert d.fixes[0] == "optimizer = torch.optim.SGD(model.parameters(), lr=2.5)  # was 10"
+    # sized from the measured update/weight ratio (0.4: ×1e-2/0.4), not a blind ÷4
+    assert d.fixes[0] == "optimizer = torch.optim.SGD(model.parameters(), lr=0.25)  # was 10"
     assert overflow.updates_too_large(c["sudden_overflow"]) is None
 
     d = overflow.grad_norm_grew(c["grad_norm_grew"])
@@ -274,8 +275,8 @@ def test_learning_rate_fixes_follow_the_schedule() -> None:
     assert overflow.updates_too_large(huge_loss).fixes[0].startswith("y = (y - y.mean())")  # type: ignore[union-attr]
     k = cases("keras")["updates_too_large"]
     assert overflow.updates_too_large(replace(k, ctx=replace(k.ctx, scheduler="OneCycleLR"))).fixes == [  # type: ignore[union-attr]
-        "optimizer = keras.optimizers.SGD(learning_rate=2.5)  # was 10",
-        "optimizer = keras.optimizers.SGD(learning_rate=2.5, global_clipnorm=2)",
+        "optimizer = keras.optimizers.SGD(learning_rate=0.25)  # was 10",
+        "optimizer = keras.optimizers.SGD(learning_rate=0.25, global_clipnorm=2)",
     ]
 
 

@@ -17,13 +17,13 @@ def num(x: float | None) -> str:
 
 
 def nice_lr(lr: float) -> str:
-    """A round learning rate a person would type: 2.5, 0.001, 3e-05."""
+    """A round learning rate a person would type, never above ``lr``: 2.5, 0.001, 5e-05."""
     if lr <= 0 or not math.isfinite(lr):
         return "1e-3"
     exp = math.floor(math.log10(lr))
     mant = lr / 10**exp
-    for m in (1, 2, 2.5, 5, 10):
-        if mant <= m * 1.0001:
+    for m in (10, 5, 2.5, 2, 1):
+        if mant >= m * 0.9999:
             mant = m
             break
     val = mant * 10**exp

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 from ..case import Case
+from ..trials import TARGET_RATIO
 from ._fmt import nice_lr, num
 
 __all__ = ["explode_fixes", "lr_fixes", "recurrent", "scale_hint"]
@@ -11,15 +14,39 @@ __all__ = ["explode_fixes", "lr_fixes", "recurrent", "scale_hint"]
 LARGE_FIRST_LOSS = 1e6
 
 
+def lower_lr(case: Case) -> float | None:
+    """The learning rate to suggest: the one that ran, times the factor that brings the measured
+    update/weight ratio to about 1e-2 (the top of the healthy range) — ÷4 when the updates were
+    of a healthy size or were not measured. A learning rate 10⁵× too high is not cut by 4."""
+    lr = case.ctx.lr
+    if not lr:
+        return None
+    ratio = case.trend.median_update_ratio
+    factor = 0.25
+    if ratio is not None and math.isfinite(ratio) and ratio > 0.02:
+        factor = min(0.25, TARGET_RATIO / ratio)
+    return lr * factor
+
+
+def _no_repeat(case: Case, fixes: list[str]) -> list[str]:
+    """Drop the clipping fix when the script already clips at least as tightly."""
+    own, clip = case.ctx.clip_norm, case.trend.clip_threshold
+    if own is None or own > clip * 1.0001:
+        return fixes
+    return [f for f in fixes if "clip" not in f.lower() or "lr=" in f or "learning_rate=" in f]
+
+
 def lr_fixes(case: Case) -> list[str]:
     """A lower learning rate (or a lower peak of the schedule that sets it), and clipping."""
     ctx, say, trend = case.ctx, case.say, case.trend
     lr = ctx.lr
+    low = lower_lr(case)
     top = max([*trend.lrs, lr or 0.0])
+    user = ctx.user_lr
     kw = {
         "opt": case.opt,
-        "lr": nice_lr(lr / 4) if lr else "1e-3",
-        "was": f"  # was {num(lr)}" if lr else "",
+        "lr": nice_lr(low) if low else "1e-3",
+        "was": f"  # was {num(user)}" if user else "",
         "clip": f"{trend.clip_threshold:g}",
         "sched": ctx.scheduler or "",
         "peak": nice_lr(top / 4),
@@ -34,18 +61,18 @@ def lr_fixes(case: Case) -> list[str]:
         # the learning rate changed from step to step: a schedule (perhaps written by hand,
         # assigning param_group["lr"]) would overwrite a new optimizer's lr — cap its peak
         book = say.lr_fixes_varying
-    return [t.format(**kw) for t in book]
+    return _no_repeat(case, [t.format(**kw) for t in book])
 
 
 def explode_fixes(case: Case) -> list[str]:
     """Clipping at a threshold from the calm part of the history, and a lower learning rate."""
-    lr = case.ctx.lr
+    low = lower_lr(case)
     kw = {
         "opt": case.opt,
         "clip": f"{case.trend.clip_threshold:g}",
-        "lr": nice_lr(lr / 4) if lr else "1e-3",
+        "lr": nice_lr(low) if low else "1e-3",
     }
-    fixes = [t.format(**kw) for t in case.say.explode_fixes]
+    fixes = _no_repeat(case, [t.format(**kw) for t in case.say.explode_fixes])
     if case.say.recurrent_fix is not None and recurrent(case):
         fixes.append(case.say.recurrent_fix)
     return fixes
