@@ -4,8 +4,8 @@
 after a step." Every failing scenario of ``benchmarks/scenarios`` runs under ``nanguard run`` with
 ``NANGUARD_VERIFY=1``, which checks the weights and the optimizer state after every step and
 writes the verdict to the run log's ``notes``. A run that stops with the diagnosis (exit 3) is
-fine — the check is about the steps that were taken; a run that ends any other way than exit 0 or
-3 is not. The runs go through the functions of ``benchmarks/recovery.py``.
+fine — the check is about the steps that were taken — and so is one that finished without its loss
+coming back (exit 4); a run that ends any other way than exit 0, 3 or 4 is not. The runs go through the functions of ``benchmarks/recovery.py``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def _explain(run: recovery.GuardedRun) -> str:
 def _guarantee_failures(runs: list[recovery.GuardedRun]) -> list[str]:
     bad = []
     for run in runs:
-        if run.error is not None or run.exit_code not in (recovery.EXIT_OK, recovery.EXIT_NONFINITE):
+        if run.error is not None or run.exit_code not in (recovery.EXIT_OK, recovery.EXIT_NONFINITE,
+                                                          recovery.EXIT_NOT_RECOVERED):
             bad.append("crashed: " + _explain(run))
         elif run.verify is not True:
             why = "guarantee violated" if run.verify is False else "no verify note"
