@@ -421,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="raise",
                         help="passed through to `nanguard run --policy` (default: raise)")
     parser.add_argument("--jobs", type=int, default=JOBS, help=f"scenarios run at once (default {JOBS})")
-    parser.add_argument("--framework", choices=("torch", "keras", "holdout", "keras-holdout"), default="torch",
+    parser.add_argument("--framework", choices=("torch", "keras", "holdout", "keras-holdout", "holdout-lr"),
+                        default="torch",
                         help="torch: benchmarks/scenarios/*.py (default); keras: benchmarks/scenarios/keras/*.py; "
                         "holdout: benchmarks/scenarios/holdout/*.py (PyTorch scripts written after the suite); "
                         "keras-holdout: benchmarks/scenarios/keras/holdout/*.py (the same, for Keras)")
@@ -433,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     RUN_FLAGS[:] = ["--trace"] if args.trace else []
     command = shlex.join(sys.orig_argv if argv is None
                          else [sys.executable, str(Path(__file__)), *argv])
-    sub = {"keras": "keras", "holdout": "holdout", "keras-holdout": "keras/holdout"}.get(args.framework)
+    sub = {"keras": "keras", "holdout": "holdout", "keras-holdout": "keras/holdout",
+           "holdout-lr": "holdout_lr"}.get(args.framework)
     scenarios = discover(args.only, SCENARIOS_DIR / sub if sub else SCENARIOS_DIR)
     if not scenarios:
         print(f"$ {command}\nno scenario matches {args.only!r}")

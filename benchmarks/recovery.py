@@ -47,7 +47,9 @@ import diagnose
 TIMEOUT_S = 600  # a hang guard: a run takes seconds, more on a busy machine
 JOBS = 2
 POLICIES = ("recover", "skip")
-EXIT_OK, EXIT_NONFINITE = 0, 3
+EXIT_OK, EXIT_NONFINITE, EXIT_NOT_RECOVERED = 0, 3, 4
+#: a recovered run "comes back" when its final loss is within this factor of the hand-fixed run's
+WITHIN = 2.0
 FIXED_ENV = "NANGUARD_SCENARIO_FIXED"
 VERIFY_ENV = "NANGUARD_VERIFY"
 #: causes for which ``recover`` has no blind fix: the run must stop with the diagnosis
@@ -94,10 +96,13 @@ class GuardedRun:
     seconds: float
     error: str | None = None
     stderr_tail: str = ""
+    outcome: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
-        return self.exit_code == EXIT_OK and self.status in ("ok", "recovered")
+        """The script ran to its end (whether or not its loss came back)."""
+        return (self.exit_code, self.status) in ((EXIT_OK, "ok"), (EXIT_OK, "recovered"),
+                                                 (EXIT_NOT_RECOVERED, "not-recovered"))
 
     @property
     def stopped_with_diagnosis(self) -> bool:
@@ -144,6 +149,7 @@ class GuardedRun:
             "recoveries": self.recoveries,
             "steps_lost": self.steps_lost,
             "final_loss": _json_float(self.final_loss),
+            "outcome": self.outcome,
             "verify": self.verify,
             "notes": self.notes,
             "seconds": round(self.seconds, 2),
@@ -256,6 +262,7 @@ def run_guarded(scenario: diagnose.Scenario, policy: str = "recover",
         seconds=seconds,
         error=error,
         stderr_tail=err[-2000:],
+        outcome=log.get("outcome"),
     )
 
 
@@ -286,6 +293,21 @@ class Row:
         return self.scenario.expect.healthy
 
     @property
+    def ratio(self) -> float | None:
+        """Final loss under the policy ÷ the hand-fixed run's (finished runs, positive losses)."""
+        g, f = self.guarded, self.fixed
+        if not g.finished or self.healthy or f is None or not f.ok or g.final_loss is None:
+            return None
+        if f.final_loss is None or f.final_loss <= 0 or not math.isfinite(g.final_loss) or g.final_loss < 0:
+            return None
+        return g.final_loss / f.final_loss
+
+    @property
+    def claim_contradicted(self) -> bool:
+        """Said ``recovered`` while its final loss is more than ``WITHIN``× the hand-fixed one."""
+        return self.guarded.status == "recovered" and self.ratio is not None and self.ratio > WITHIN
+
+    @property
     def expected_stop(self) -> bool:
         """The label's cause has no blind fix: ``recover`` must stop with the diagnosis."""
         return self.scenario.expect.cause in UNFIXABLE
@@ -295,8 +317,10 @@ class Row:
         g, out = self.guarded, []
         if g.error:
             out.append(f"error: {g.error}")
-        if g.exit_code not in (EXIT_OK, EXIT_NONFINITE):
-            out.append(f"exit status {g.exit_code} (expected 0 or 3)")
+        if g.exit_code not in (EXIT_OK, EXIT_NONFINITE, EXIT_NOT_RECOVERED):
+            out.append(f"exit status {g.exit_code} (expected 0, 3 or 4)")
+        if self.claim_contradicted:
+            out.append(f"said recovered, but its final loss is {self.ratio:.3g}× the hand-fixed run's")
         if g.verify is False:
             out.append("guarantee violated: " + " | ".join(g.violations[:3])
                        + (f" | … ({len(g.violations)} notes)" if len(g.violations) > 3 else ""))
@@ -363,10 +387,16 @@ def totals(rows: list[Row]) -> dict[str, Any]:
         "stopped_as_expected": sum(1 for r in stop if r.guarded.stopped_with_diagnosis),
         "recoverable": len(fixable),
         "recoverable_finished": sum(1 for r in fixable if r.guarded.finished),
+        "recovered": sum(1 for r in bad if r.guarded.status == "recovered"),
+        "recovered_within": sum(1 for r in bad if r.guarded.status == "recovered" and r.ratio is not None
+                                and r.ratio <= WITHIN),
+        "recovered_compared": sum(1 for r in bad if r.guarded.status == "recovered" and r.ratio is not None),
+        "not_recovered": sum(1 for r in bad if r.guarded.status == "not-recovered"),
+        "contradicted": sum(1 for r in bad if r.claim_contradicted),
         "guarantee_held": sum(1 for r in bad if r.guarded.verify is True),
         "guarantee_violated": sum(1 for r in bad if r.guarded.verify is False),
         "steps_lost": sum(r.guarded.steps_lost for r in bad),
-        "crashed": sum(1 for r in rows if r.guarded.exit_code not in (EXIT_OK, EXIT_NONFINITE)),
+        "crashed": sum(1 for r in rows if r.guarded.exit_code not in (EXIT_OK, EXIT_NONFINITE, EXIT_NOT_RECOVERED)),
         "fixed_runs": len(fixed),
         "fixed_ok": sum(1 for r in fixed if r.fixed is not None and r.fixed.ok),
         "healthy": len(healthy),
@@ -383,7 +413,10 @@ def totals_lines(t: dict[str, Any]) -> list[str]:
         f"{', '.join(UNFIXABLE)}): {t['expected_stop']}, stopped so: {t['stopped_as_expected']}/"
         f"{t['expected_stop']}",
         f"guarantee held on {t['guarantee_held']}/{n} runs (violated on {t['guarantee_violated']}); "
-        f"total steps lost to rollbacks: {t['steps_lost']}; exit status other than 0/3: {t['crashed']}",
+        f"total steps lost to rollbacks: {t['steps_lost']}; exit status other than 0/3/4: {t['crashed']}",
+        f"said recovered: {t['recovered']} (final loss within {WITHIN:g}× the hand-fixed run's: "
+        f"{t['recovered_within']}/{t['recovered_compared']} compared); said not recovered (exit 4): "
+        f"{t['not_recovered']}; said recovered but more than {WITHIN:g}× off: {t['contradicted']}",
     ]
     if t["fixed_runs"]:
         lines.append(f"hand-fixed runs that finished with a finite loss: {t['fixed_ok']}/{t['fixed_runs']}")
@@ -403,7 +436,7 @@ def _mark(v: bool | None) -> str:
 
 def headers(policy: str) -> tuple[str, ...]:
     return ("scenario", "cause", "exit / status", "what the policy did", "steps lost",
-            f"final loss ({policy})", "final loss (hand-fixed)", "verify", "s")
+            f"final loss ({policy})", "final loss (hand-fixed)", "ratio", "verify", "s")
 
 
 def table_rows(rows: list[Row]) -> list[tuple[str, ...]]:
@@ -420,6 +453,7 @@ def table_rows(rows: list[Row]) -> list[tuple[str, ...]]:
             str(g.steps_lost) if g.recoveries or not r.healthy else "—",
             _loss(g.final_loss) if g.finished and not r.healthy else "—",
             (_loss(f.final_loss) if f.exit_code == 0 else f"exit {f.exit_code}") if f is not None else "—",
+            f"{r.ratio:.3g}×" if r.ratio is not None else "—",
             _mark(g.verify), secs,
         ))
     return out
@@ -460,15 +494,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=JOBS, help=f"runs at once (default {JOBS})")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S,
                         help=f"seconds per run (default {TIMEOUT_S:g})")
-    parser.add_argument("--framework", choices=("torch", "keras", "holdout"), default="torch",
+    parser.add_argument("--framework", choices=("torch", "keras", "holdout", "holdout-lr"), default="torch",
                         help="torch: benchmarks/scenarios/*.py (default); keras: benchmarks/scenarios/keras/*.py; "
-                             "holdout: benchmarks/scenarios/holdout/*.py (no hand-fixed versions: use --no-fixed)")
+                             "holdout: benchmarks/scenarios/holdout/*.py (no hand-fixed versions: use --no-fixed); "
+                             "holdout-lr: benchmarks/scenarios/holdout_lr/*.py (learning rates 1e2-1e8x too high)")
     parser.add_argument("--no-healthy", action="store_true", help="leave out the healthy controls")
     parser.add_argument("--no-fixed", action="store_true", help="skip the hand-fixed runs")
     args = parser.parse_args(argv)
     command = shlex.join(sys.orig_argv if argv is None
                          else [sys.executable, str(Path(__file__)), *argv])
-    sub = {"keras": "keras", "holdout": "holdout"}.get(args.framework)
+    sub = {"keras": "keras", "holdout": "holdout", "holdout-lr": "holdout_lr"}.get(args.framework)
     directory = diagnose.SCENARIOS_DIR / sub if sub else diagnose.SCENARIOS_DIR
     scenarios = [s for s in diagnose.discover(args.only, directory)
                  if not (args.no_healthy and s.expect.healthy)]
