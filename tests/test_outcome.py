@@ -56,16 +56,26 @@ def test_level_is_the_lower_quartile_and_the_ceiling_twice_it() -> None:
     assert lv.loss == 1.0 and lv.ceiling == 2.0 and lv.steps == 20
 
 
-def test_recovered_when_the_loss_comes_back_within_the_window() -> None:
+def test_recovered_when_the_loss_is_back_at_the_end_of_the_window() -> None:
     c = _ctl()
     c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
-    for s in range(21, 25):
+    for s in range(21, 20 + c.judge.window):
         _step(c, s, 1.5)
-    assert c.judge.current is not None and c.judge.current.status == "judging"  # 4 < min_steps
-    _step(c, 25, 1.5)
-    out = c.run_ended(26)
-    assert out is not None and out["status"] == "recovered" and out["decided_step"] == 25
-    assert out["loss_before"] == 1.0 and out["loss_now"] == 1.5 and out["healthy_steps_since"] == 5
+    assert c.judge.current is not None and c.judge.current.status == "judging"  # decided at the end
+    _step(c, 20 + c.judge.window, 1.5)
+    out = c.run_ended(100)
+    assert out is not None and out["status"] == "recovered" and out["decided_step"] == 70
+    assert out["loss_before"] == 1.0 and out["loss_now"] == 1.5 and out["healthy_steps_since"] == 50
+
+
+def test_a_run_that_diverged_from_its_start_must_get_below_where_it_started() -> None:
+    c = StepController(Recovery(policy="skip"), _history(n=3, loss=1.386))  # 3 healthy steps only
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=3)
+    for s in range(4, 4 + c.judge.window):
+        _step(c, s, 1.37)  # at chance level, a little under where it started: learned nothing
+    out = c.run_ended(60)
+    assert out is not None and out["status"] == "not-recovered"
+    assert out["loss_ceiling"] == pytest.approx(1.386 * 0.95)
 
 
 def test_not_recovered_after_the_window_says_by_how_much_and_escalates() -> None:
@@ -128,7 +138,8 @@ def test_recovery_applies_the_first_verified_fix_with_its_numbers() -> None:
     assert rec["trials"][1]["losses"] == [4.0, 3.5, 3.0, 2.5] and rec["trials"][1]["from_step"] == 12
     assert rec["trials"][0]["losses"][-1] == "nan" and rec["trials"][0]["finite"] is False
     assert c.recovery.lr_scale == pytest.approx(0.05) and diag.trials == rec["trials"]
-    assert b.calls[0] == ("trial", ["learning rate ×0.5", "learning rate ×0.05", "learning rate ×0.005"])
+    assert b.calls[0] == ("trial", ["learning rate ×0.5", "learning rate ×0.05", "learning rate ×0.005",
+                                  "learning rate ×5e-05", "learning rate ×5e-07", "learning rate ×5e-09"])
 
 
 def test_no_verified_fix_stops_with_what_was_tried() -> None:

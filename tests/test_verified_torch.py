@@ -134,4 +134,4 @@ def test_nanguard_run_says_not_recovered_with_exit_status_4(tmp_path: Path) -> N
     out = doc["outcome"]
     assert out["status"] == "not-recovered" and out["event_step"] == 40 and out["decided_step"] == 90
     assert out["loss_now"] > 1000 * out["loss_before"]
-    assert "outcome: NOT recovered" in r.stderr and "did not come back" in r.stderr
+    assert "outcome: NOT recovered" in r.stderr and "had not come back" in r.stderr

@@ -397,9 +397,7 @@ def _candidates(action: Action, ratio: float | None, cap: float) -> list[Fix]:
     measured back-off added)."""
     clip, eps = action.clip_norm, action.set_eps
     if action.lr_factor is not None:
-        f = action.lr_factor
-        factors = [f, float(f"{f / 10:.2g}"), float(f"{f / 100:.2g}")]
-        return [Fix(x, clip, eps) for x in factors]
+        return [Fix(x, clip, eps) for x in _smaller(action.lr_factor)]
     lr = lr_candidates(ratio, cap)
     if clip is None and eps is None:
         return [Fix(x) for x in lr]
@@ -416,3 +414,13 @@ def _inputs_hint(trials: list[Trial], history: History) -> str:
     return (f"; at the restored weights the loss on this batch is already {first:.3g} (healthy ≈ "
             f"{level.loss:.3g}): what is wrong is in the step's inputs (the batch, or state the "
             "script carries across steps: a hidden state it passes back in), not in the weights")
+
+
+def _smaller(f: float) -> list[float]:
+    """``f``, then 10× and 100× smaller, then by 100× at a time down to 1e-10: an update/weight
+    ratio read after an update that swamped the weights is about 1 whatever the excess, so a
+    learning rate 10⁸× too high is found by trying, not by the estimate."""
+    out = [f, f / 10, f / 100]
+    while out[-1] / 100 >= 1e-10 and len(out) < 6:
+        out.append(out[-1] / 100)
+    return [float(f"{x:.2g}") for x in out]

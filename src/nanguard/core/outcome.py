@@ -6,10 +6,11 @@ loss came back to the level of its own healthy history. The step controller star
 rolled back), feeds it every step's history record after that (at the end of the step), and the
 judge decides once per episode:
 
-* ``recovered`` — within ``window`` healthy steps the loss (the median of the last
-  ``min_steps``) is back under the healthy ceiling and the updates no longer swamp the weights;
-* ``not-recovered`` — the window ended (or the run did) without that: the numbers say how far off
-  it is (loss before the event, loss now, update/weight ratio now).
+* ``recovered`` — at the end of the ``window`` healthy steps after the last event, the loss (the
+  median of the last ``min_steps``) is back under the healthy ceiling and the updates no longer
+  swamp the weights (decided at the end of the window, not when noise first dips under it);
+* ``not-recovered`` — it is not: the numbers say how far off it is (loss before the event, loss
+  now, update/weight ratio now). A run that ends inside the window is judged on what was seen.
 
 The same signals decide whether a snapshot may be kept as a rollback target
 (:func:`healthy_now`): only a step that is healthy by them is "last known good".
@@ -29,6 +30,8 @@ __all__ = ["STUCK_RATIO", "Level", "Outcome", "OutcomeJudge", "healthy_now"]
 STUCK_RATIO = 0.1
 #: healthy losses the level is taken from (the most recent ones before the event)
 LEVEL_STEPS = 20
+#: fewer healthy steps than this before the event: the run must get below its level
+SHORT = 10
 
 
 def _median(vals: list[float]) -> float | None:
@@ -42,8 +45,9 @@ def _median(vals: list[float]) -> float | None:
 @dataclass(frozen=True)
 class Level:
     """The run's healthy level before an event: the lower quartile of the loss over its last
-    healthy steps and the ceiling a loss must come back under (``level + max(|level|, 3·noise)``: within 2× for a
-    positive loss, more for a noisy one); the median update/weight ratio."""
+    healthy steps and the ceiling a loss must come back under (``level + max(|level|, 3·noise)``:
+    within 2× for a positive loss, more for a noisy one; the level itself after fewer than
+    :data:`SHORT` healthy steps); the median update/weight ratio."""
 
     loss: float | None
     ceiling: float | None
@@ -60,9 +64,14 @@ class Level:
             # against where it was before that, not against the divergence
             s = sorted(losses)
             level = s[int(0.25 * (len(s) - 1))]
-            # the noise, from the lower half only (the divergence is in the upper one)
-            spread = s[len(s) // 2] - s[int(0.1 * (len(s) - 1))] if len(s) >= 10 else 0.0
-            ceiling = level + max(abs(level), 3.0 * spread, 1e-12)
+            if len(s) >= SHORT:
+                # the noise, from the lower half only (the divergence is in the upper one)
+                spread = s[len(s) // 2] - s[int(0.1 * (len(s) - 1))]
+                ceiling = level + max(abs(level), 3.0 * spread, 1e-12)
+            else:
+                # a few steps are no healthy stretch (a run that diverged from its start): coming
+                # back means learning something — getting clearly below where it started
+                ceiling = level - 0.05 * abs(level)
         return cls(level, ceiling, _median([r for r in ratios if math.isfinite(r)]), len(losses))
 
     def ratio_ceiling(self) -> float:
@@ -128,7 +137,7 @@ class OutcomeJudge:
     stay there (the median of that many is compared)."""
 
     window: int = 50
-    min_steps: int = 5
+    min_steps: int = 10
     episodes: list[Outcome] = field(default_factory=list)
 
     @property
@@ -174,16 +183,15 @@ class OutcomeJudge:
             cur.status, cur.decided_step = "unjudged", rec.step
             cur.reason = "no loss was seen before the event: the outcome cannot be judged"
             return cur
+        if len(cur.losses) < self.window:
+            return None
         if cur.met(self.min_steps):
             cur.status, cur.decided_step = "recovered", rec.step
-            cur.reason = (f"the loss came back to the run's healthy level within "
-                          f"{len(cur.losses)} healthy steps")
-            return cur
-        if len(cur.losses) >= self.window:
-            self._not_recovered(cur, rec.step, f"within {self.window} healthy steps the loss did not "
-                                "come back to the run's healthy level")
-            return cur
-        return None
+            cur.reason = f"the loss was back at the run's healthy level {len(cur.losses)} healthy steps after the event"
+        else:
+            self._not_recovered(cur, rec.step, f"{self.window} healthy steps after the event the loss "
+                                "had not come back to the run's healthy level")
+        return cur
 
     def ended(self, step: int) -> Outcome | None:
         """The run ended: an episode still being judged is decided on what was seen."""

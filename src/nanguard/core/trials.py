@@ -3,10 +3,11 @@
 After a non-finite step whose cause has a recovery rule (learning rate, exploding gradients,
 optimizer state), the step controller lists candidate :class:`Fix` es — a learning-rate factor
 sized from the measured update/weight ratio, then ten and a hundred times smaller; clipping at a
-threshold from the pre-clip history; a larger ``eps`` — and asks the framework's backend to try
+threshold from the pre-clip history; a larger ``eps`` — then by 100× at a time down to 1e-10
+(an update that swamped the weights reads as a ratio of about 1 whatever its excess) — and asks the framework's backend to try
 them: from the newest healthy snapshot, the failing step's batch is run again for a few updates
 with the fix applied. A fix is **verified** when every one of those steps stayed finite and the
-loss went down. Recovery applies the first verified fix (the least drastic that worked); a
+loss went down (never rising more than 10 % above its start on the way). Recovery applies the first verified fix (the least drastic that worked); a
 backend that cannot re-run a step returns no trials, and the fix is applied on trial, judged by
 the outcome (:mod:`nanguard.core.outcome`).
 """
@@ -71,8 +72,13 @@ class Trial:
 
     @property
     def verified(self) -> bool:
-        """Every trial step finite, and the loss lower after the last update than before."""
-        return self.finite and len(self.losses) >= 2 and self.losses[-1] < self.losses[0]
+        """Every trial step finite, the loss lower after the last update than before, and never
+        more than 10 % above where it started in between (an update that overshoots and comes
+        back by chance verifies nothing)."""
+        if not self.finite or len(self.losses) < 2:
+            return False
+        start = self.losses[0]
+        return self.losses[-1] < start and max(self.losses[1:]) <= start + 0.1 * abs(start)
 
     def describe(self) -> str:
         if not self.losses:
