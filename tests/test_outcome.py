@@ -218,3 +218,10 @@ def test_state_carried_across_steps_stops_recover_with_the_first_event() -> None
     with pytest.raises(GiveUpError, match="carries across steps") as info:
         c.act(carried, _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=21)
     assert info.value.finding is first and info.value.last is not None and info.value.last[0] is carried
+
+
+def test_a_run_that_ends_at_the_event_is_unjudged() -> None:
+    c = _ctl()
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
+    out = c.run_ended(21)
+    assert out is not None and out["status"] == "unjudged" and "ended at the last event" in out["reason"]

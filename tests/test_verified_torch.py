@@ -135,3 +135,75 @@ def test_nanguard_run_says_not_recovered_with_exit_status_4(tmp_path: Path) -> N
     assert out["status"] == "not-recovered" and out["event_step"] == 40 and out["decided_step"] == 90
     assert out["loss_now"] > 1000 * out["loss_before"]
     assert "outcome: NOT recovered" in r.stderr and "had not come back" in r.stderr
+
+
+def _reinforce(policy_name: str, bad_from: int, steps: int = 12, batch_first: bool = False) -> nanguard.Guard:
+    """A REINFORCE-style loop whose returns are computed in Python and made a tensor after the
+    forward (or, ``batch_first``, a batch made with torch.tensor before it)."""
+    torch.manual_seed(0)
+    policy = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(policy.parameters(), lr=1e-2)
+    guard = nanguard.attach(policy, opt, policy=policy_name)
+    try:
+        for ep in range(steps):
+            rewards = [1.0] * 10
+            if ep >= bad_from:
+                rewards[4] = -1e308  # discounted, it overflows to -inf
+            if batch_first:
+                obs = torch.tensor([[r, 0.0, 0.0, 0.0] for r in rewards]) * 1e-308
+                returns = torch.ones(10)
+            else:
+                obs = torch.randn(10, 4)
+            logp = torch.log_softmax(policy(obs), -1)[:, 0]
+            if not batch_first:
+                big, acc = 0.0, []
+                for r in reversed(rewards):
+                    big = r + 10.0 * big
+                    acc.insert(0, big)
+                returns = torch.tensor(acc)  # the line that makes it
+            loss = -(logp * returns).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        guard.detach()
+    return guard
+
+
+def test_a_tensor_the_script_computed_is_named_at_the_line_that_made_it() -> None:
+    import pytest
+
+    with pytest.raises(nanguard.NonFiniteError) as info:
+        _reinforce("raise", bad_from=3)
+    f, d = info.value.finding, info.value.diagnosis
+    assert f.phase == "data" and f.details["origin"] == "computed" and f.step == 3
+    assert f.source is not None and f.source.endswith(f":{_line_of('returns = torch.tensor(acc)')}")
+    assert d is not None and d.cause is Cause.NONFINITE_INPUT
+    assert d.summary.startswith("a tensor the script computed holds")
+    assert d.fixes[0].startswith("assert all(math.isfinite(v) for v in values)")
+    assert not any("nanguard scan" in fx for fx in d.fixes)
+
+
+def test_a_batch_made_before_the_forward_is_still_data() -> None:
+    import pytest
+
+    with pytest.raises(nanguard.NonFiniteError) as info:
+        _reinforce("raise", bad_from=3, batch_first=True)
+    assert info.value.finding.details["origin"] == "data"
+
+
+def test_recover_stops_dropping_computed_returns_after_a_stated_number() -> None:
+    import pytest
+
+    with pytest.raises(nanguard.GiveUpError) as info:
+        _reinforce("recover", bad_from=3, steps=40)
+    err = info.value
+    assert err.finding.step == 3 and err.finding.details["origin"] == "computed"
+    assert [a.split(": ", 1)[1] for a in err.attempts] == ["drop batch (nonfinite-input)"] * 4 + [
+        "give up (nonfinite-input)"]
+    assert "5 of the last 5 steps held non-finite values made by the script at" in err.reason
+
+
+def _line_of(text: str) -> int:
+    lines = Path(__file__).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line and "def " not in line)

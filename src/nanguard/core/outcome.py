@@ -201,6 +201,9 @@ class OutcomeJudge:
         if cur.level.ceiling is None:
             cur.status, cur.decided_step = "unjudged", step
             cur.reason = "no loss was seen before the event: the outcome cannot be judged"
+        elif not cur.losses:
+            cur.status, cur.decided_step = "unjudged", step
+            cur.reason = "the run ended at the last event: no healthy step after it to judge by"
         elif cur.met(min(self.min_steps, max(1, len(cur.losses)))) and cur.losses:
             cur.status, cur.decided_step = "recovered", step
             cur.reason = f"the loss was back at the run's healthy level when the run ended ({len(cur.losses)} healthy steps after the last event)"

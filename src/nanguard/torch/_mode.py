@@ -84,6 +84,8 @@ class LocatorMode(OptimizerSteps, Sinks):
         self.findings: list[Finding] = []
         self.prov = Provenance(on_open)
         self.producers = IdMap()  # tensor -> (op, parent op, ...), for explaining ops only
+        self.fresh = IdMap()  # non-finite tensor made from Python numbers (torch.tensor) -> its line
+        self.model_ran = False  # has a module's forward run under this locator (this step)?
         self.relu_grad_note: str | None = None
         self.relu_grad_where: str | None = None
         self.notes: set[str] = set()
@@ -109,6 +111,8 @@ class LocatorMode(OptimizerSteps, Sinks):
         info = op_info(func)
         prov = self.prov
         flat_args = flat(args)
+        if self.modules.depth:
+            self.model_ran = True
         tracked = bool(prov) and any(t in prov for t in flat_args)
         defer = self._force_deferred or any(t.is_cuda for t in flat_args)
         if info.reads and self._report_unused:
@@ -152,6 +156,11 @@ class LocatorMode(OptimizerSteps, Sinks):
             # a non-finite input from outside is classified where it is first used for arithmetic
             # — so remember which weight an embedding lookup, a gather or a cat copied from
             self.note_copies(flat_args, outs)
+            if info.canonical == "lift_fresh" and self.model_ran and not is_finite(outs[0]):
+                # torch.tensor(values) after the model ran: numbers the script computed in Python
+                # (returns, rewards, targets from a rollout) — the line that made it is where the
+                # value came from, not where it is used (a batch built before the forward is data)
+                self.fresh[outs[0]] = self._outside_source()
             return out
 
         if defer:

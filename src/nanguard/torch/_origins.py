@@ -33,6 +33,7 @@ class Origins(Place):
 
     prov: Provenance
     producers: IdMap
+    fresh: IdMap
     step: int | None
 
     def _stamp(self, f: Finding, *, judged: bool = False, deliberate: bool = False) -> Origin:
@@ -54,8 +55,11 @@ class Origins(Place):
             )
             return self._stamp(f)
         path, typ = self.modules.current()
-        loc = self._outside_source()
-        details: dict[str, Any] = {"origin": "data", "samples": bad_samples(t)}
+        made = self.fresh.get(t)
+        loc = made if made is not None else self._outside_source()
+        # made from Python numbers in this step (torch.tensor of computed values): not data
+        details: dict[str, Any] = {"origin": "computed" if made is not None else "data",
+                                   "samples": bad_samples(t)}
         if path is not None:
             details["entered"] = f"{path} ({typ})" if path else f"{typ} (top-level module)"
         f = finding_for(

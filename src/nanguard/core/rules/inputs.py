@@ -31,6 +31,8 @@ def batch_holds_nonfinite(case: Case) -> Diagnosis | None:
         lines.append(f"… and {len(ev.samples) - 3} more samples")
     if not lines:
         lines.append(f"{name} holds {ev.what} before any operation ran")
+    if ev.origin == "computed":
+        return _computed(case, lines)
     fixes = [
         say.drop_bad_samples,
         "nanguard scan <your data file>  # find every bad row and column",
@@ -105,3 +107,19 @@ def explicit_nonfinite_constant(case: Case) -> Diagnosis | None:
     return Diagnosis(
         Cause.UNSAFE_OP, 0.8, f"an explicit {const} in your code reached the training", lines, fixes
     )
+
+
+def _computed(case: Case, lines: list[str]) -> Diagnosis:
+    """The bad tensor was made in this step from numbers the script computed in Python
+    (``torch.tensor(returns)``): the computation is what to fix, not a data file."""
+    ev = case.ev
+    at = ev.source or "the line shown"
+    lines = [f"it was made at {at} from numbers the script computed in Python (a return, a reward, "
+             "a target), not loaded from data", *lines]
+    fixes = [
+        f"assert all(math.isfinite(v) for v in values)  # before torch.tensor(values) at {at}: find the step that overflowed",
+        "check the recurrence that makes them: R = r + gamma * R grows without bound for gamma >= 1; "
+        "a reward of -1e308 overflows once discounted; compute in float64 and clamp or normalise",
+    ]
+    return Diagnosis(Cause.NONFINITE_INPUT, 0.95,
+                     f"a tensor the script computed holds {ev.what}", lines, fixes)
