@@ -280,6 +280,9 @@ class StepController:
             self._apply(action.lr_factor, action.clip_norm)
             return action, None
         diag.trials = [t.to_dict() for t in trials]
+        if any(t.fix.lr_factor is not None for t in trials):
+            # the trials decide the learning rate: a suggested one they did not verify goes
+            diag.fixes[:] = [f for f in diag.fixes if "lr=" not in f and "learning_rate=" not in f]
         hint = _inputs_hint(trials, self.history)
         if hint:  # a loss a hundred times its healthy level at the healthy weights verifies nothing
             for t in diag.trials:

@@ -142,7 +142,9 @@ def run_trials(guard: Guard, params: Sequence[torch.Tensor], opt: torch.optim.Op
     (no snapshot, no optimizer, no recorded backward, a loss scaler's scaled loss)."""
     snap = guard.snapshots.last
     events = list(guard.recorder.events)
-    if snap is None or opt is None or not any(isinstance(ev, Backward) for ev in events) or guard._scalers_all():
+    # a loss a GradScaler scaled this step (its scale() was called): the recorded backward's
+    # roots are scaled, and so would the trial's gradients be
+    if snap is None or opt is None or not any(isinstance(ev, Backward) for ev in events) or guard._unscaled:
         return None
     ps = list(params)
     saved_grads = [p.grad for p in ps]

@@ -117,9 +117,10 @@ def _computed(case: Case, lines: list[str]) -> Diagnosis:
     lines = [f"it was made at {at} from numbers the script computed in Python (a return, a reward, "
              "a target), not loaded from data", *lines]
     fixes = [
-        f"assert all(math.isfinite(v) for v in values)  # before torch.tensor(values) at {at}: find the step that overflowed",
-        "check the recurrence that makes them: R = r + gamma * R grows without bound for gamma >= 1; "
-        "a reward of -1e308 overflows once discounted; compute in float64 and clamp or normalise",
+        f"t = torch.tensor(values, dtype=torch.float64); assert torch.isfinite(t.float()).all()  # at {at}: "
+        "float32 overflows above 3.4e38 even where the Python floats are finite",
+        "check the computation that makes them: a recurrence such as R = r + gamma * R grows "
+        "geometrically for gamma >= 1; normalise or clamp before making the tensor",
     ]
     return Diagnosis(Cause.NONFINITE_INPUT, 0.95,
                      f"a tensor the script computed holds {ev.what}", lines, fixes)
