@@ -193,10 +193,15 @@ class StepRecorder:
         self._forward_started = False  # has this step's forward pass begun (a model call, an op
         # on a tensor that requires grad)?
         self._fresh: set[int] = set()
+        #: forwards that built no graph this step (``no_grad``: an environment step, evaluation):
+        #: the first is recorded (a target network's output may feed the loss); from the second
+        #: on neither they nor the ops between them are, until a forward builds a graph again
+        self._nograd_calls = 0
+        self._disarmed = False
 
     # --- tape push/pop --------------------------------------------------------------------------
     def tape_on(self) -> None:
-        if self._tape_on or not self.enabled or not self.resume_tape or self.paused:
+        if self._tape_on or not self.enabled or not self.resume_tape or self.paused or self._disarmed:
             return
         self._tape.__enter__()
         self._tape_on = True
@@ -230,6 +235,8 @@ class StepRecorder:
         self._made = WeakIdKeyDictionary()
         self._forward_started = False
         self._fresh = set()  # storages allocated by this step's ops before its forward
+        self._nograd_calls = 0
+        self._disarmed = False
 
     def _spec(self, obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):
@@ -302,6 +309,15 @@ class StepRecorder:
         self.tape_off()
         if self.paused or not self.enabled:
             return
+        grad = torch.is_grad_enabled()
+        if not grad:
+            self._nograd_calls += 1
+            if self._nograd_calls > 1:
+                self._disarmed = True  # many forwards without a graph: an RL rollout, an eval loop
+                self._pending_root = None
+                return
+        else:
+            self._disarmed = False
         self._forward_started = True
         ev = RootCall(mod, self._spec(args), self._spec(kwargs), torch.is_grad_enabled(),
                       user_frame(3), RngState.capture(), autocast=autocast_state())

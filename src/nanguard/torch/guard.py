@@ -167,7 +167,7 @@ class Guard(OptimizerHooks, BackwardHooks, RecoveryCounters):
             self._schedulers.update(_schedulers_made_before(self.optimizer))
         self.modules.on_root_enter = self.recorder.root_enter
         self.modules.on_root_exit = self.recorder.root_exit
-        self.modules.install()
+        self.modules.install(roots_only=True)
         self._handles.append(_autograd.add_backward_listener(self))
         self._handles.append(_autograd.add_optimizer_listener(self._pre_step, self._post_step))
         _patches.register_recorder(self.recorder)
