@@ -38,6 +38,7 @@ from ..core.history import History
 from ..core.policy import Recovery, RecoveryCounters
 from . import _autograd, _patches
 from ._backward_hooks import BackwardHooks
+from ._deferred_hooks import DeferredHooks
 from ._findings import optimizer_finding
 from ._guard_base import param_norm
 from ._modules import ModuleStack
@@ -55,7 +56,7 @@ _ATTACHED: weakref.WeakKeyDictionary[Any, Guard] = weakref.WeakKeyDictionary()
 _SESSION: list[Guard] = []
 
 
-class Guard(OptimizerHooks, BackwardHooks, RecoveryCounters):
+class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
     """The handle :func:`attach` returns. Use it as a context manager or call :meth:`detach`.
 
     Attributes:
@@ -134,6 +135,9 @@ class Guard(OptimizerHooks, BackwardHooks, RecoveryCounters):
         self._last_update_step = -1
         self._weights_ok: bool | None = None  # the last check of the weights (None: not yet)
         self._bad_from_start: set[str] = set()  # weights that were non-finite before any update
+        self._defer: bool | None = None
+        self._inflight: Any = None
+        self._mask: Any = None
         self.verify = os.environ.get("NANGUARD_VERIFY", "") == "1"
         self.violations: list[dict[str, Any]] = []
 
@@ -189,6 +193,18 @@ class Guard(OptimizerHooks, BackwardHooks, RecoveryCounters):
             return
         if not self._installed:
             return
+        error: BaseException | None = None
+        try:
+            self.resolve_inflight()  # the deferred watch's last step, read now
+        except Exception as e:  # raised after the hooks are removed
+            error = e
+        try:
+            self._detach_hooks()
+        finally:
+            if error is not None:
+                raise error
+
+    def _detach_hooks(self) -> None:
         primary = self.watch.primary
         if self._params_due and primary is not None and self._updated:
             self._params_due = False
