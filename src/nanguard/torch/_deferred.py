@@ -78,6 +78,7 @@ class InFlight:
 
 
 @untraced
+@torch.no_grad()
 def device_check(grads: Sequence[torch.Tensor | None], losses: Sequence[torch.Tensor],
                  weights: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, torch.Tensor | None,
                                                            list[int], list[int]]:

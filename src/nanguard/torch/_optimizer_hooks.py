@@ -113,7 +113,8 @@ class OptimizerHooks(GuardBase):
         primary = opt is self.watch.primary
         if self._defer is None:
             self._defer = deferred_wanted(params, self.policy)
-        if self._defer and primary and not self._scalers_all() and not _dist.active():
+        # a loss scaler of this run reads its own flag and skips by itself: checked as before
+        if self._defer and primary and not (self._unscaled or len(self._scalers)) and not _dist.active():
             self._check_deferred(opt, params)  # no host read: this step is read at the next one
             return
         self._n_losses = len(self._losses)
