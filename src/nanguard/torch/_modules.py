@@ -103,6 +103,9 @@ class ModuleStack:
     def __init__(self, root: nn.Module | None = None) -> None:
         self.root = root
         self.roots_only = False  # installed as a root-call wrapper, not as global module hooks
+        #: a forward that builds no graph need not be told (the recorder is disarmed: an RL
+        #: rollout, an evaluation loop): such a call then costs one Python frame and a flag
+        self.quiet = False
         self.stack: list[nn.Module] = []
         self.roots_seen: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self.on_root_enter: Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None] | None = None
@@ -249,6 +252,12 @@ def _root_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     assert orig is not None
     if rc.depth or _compiling():
         return orig(self, *args, **kwargs)
+    if not torch.is_grad_enabled() and all(s.quiet for s in rc.stacks):
+        rc.depth = 1
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            rc.depth = 0
     stacks = list(rc.stacks)
     for s in stacks:
         s.root_enter(self, args, kwargs)

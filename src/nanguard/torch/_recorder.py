@@ -197,7 +197,7 @@ class StepRecorder:
         #: the first is recorded (a target network's output may feed the loss); from the second
         #: on neither they nor the ops between them are, until a forward builds a graph again
         self._nograd_calls = 0
-        self._disarmed = False
+        self._disarmed = self.modules.quiet = False
 
     # --- tape push/pop --------------------------------------------------------------------------
     def tape_on(self) -> None:
@@ -236,7 +236,7 @@ class StepRecorder:
         self._forward_started = False
         self._fresh = set()  # storages allocated by this step's ops before its forward
         self._nograd_calls = 0
-        self._disarmed = False
+        self._disarmed = self.modules.quiet = False
 
     def _spec(self, obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):
@@ -314,10 +314,11 @@ class StepRecorder:
             self._nograd_calls += 1
             if self._nograd_calls > 1:
                 self._disarmed = True  # many forwards without a graph: an RL rollout, an eval loop
+                self.modules.quiet = True
                 self._pending_root = None
                 return
         else:
-            self._disarmed = False
+            self._disarmed = self.modules.quiet = False
         self._forward_started = True
         ev = RootCall(mod, self._spec(args), self._spec(kwargs), torch.is_grad_enabled(),
                       user_frame(3), RngState.capture(), autocast=autocast_state())
