@@ -445,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: as is)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory table")
     p.add_argument("--json", help="write the numbers to this file")
+    p.add_argument("--variants", help="comma-separated subset of the variants (plain is always in)")
+    p.add_argument("--rl-only", action="store_true", help="only the RL row")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -452,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (3 if args.quick else 12)
     steps = args.steps or (3 if args.quick else 15)
     variants = list(VARIANTS) + (["sherlorch"] if _sherlorch() is not None else [])
+    if args.variants:
+        wanted = {"plain", *args.variants.split(",")}
+        variants = [v for v in variants if v in wanted]
     print(f"# python benchmarks/overhead.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     print(f"# torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
           f"{repeats} round-robin repeats x {steps} steps, median step time")
@@ -464,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(header)
     print("|" + "---|" * (3 + len(variants) - 1))
-    for i, case in enumerate(cases(args.quick)):
+    for i, case in enumerate([] if args.rl_only else cases(args.quick)):
         gc.collect()
         med = measure(case, variants, device, repeats, steps)
         base = med["plain"]
@@ -486,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
           + " | ".join(f"{med[v] / base:.3f}x" for v in rl_variants[1:]) + " |", flush=True)
     results.append({"model": "REINFORCE", "size": f"{env_steps} env steps", "plain_s": base,
                     **{f"{v}_ratio": med[v] / base for v in rl_variants}})
+    if args.rl_only:
+        return 0
     print()
     print("| model | size | replay: failure → finding, in plain steps |")
     print("|---|---|---|")

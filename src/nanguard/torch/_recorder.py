@@ -8,9 +8,12 @@ While a guard is attached, every step is recorded as a short list of events:
   the batch, ``torch.log`` of the model's output), with its arguments and the user's source line;
 * a **backward** — the roots (the loss) and gradients of a backward pass.
 
-Recording is cheap: module calls are observed by the global hooks the guard needs anyway, and the
-tape's dispatch mode is pushed only while no module is running (it is popped at each root call,
-during backward, the optimizer step and data loading), so the ops inside the model cost nothing.
+Recording is cheap: top-level module calls are told by a wrapper of ``Module.__call__``
+(``_modules._RootCalls``; the calls inside them keep PyTorch's fast path), and the tape's dispatch
+mode is pushed only while no module is running (it is popped at each root call, during backward,
+the optimizer step and data loading), so the ops inside the model cost nothing. Forwards that
+build no graph are recorded once a step: from the second on (an RL rollout, an evaluation loop)
+the recorder is disarmed — no tape, no record — until a forward with grad enabled.
 Tensors made by earlier events are held weakly and recomputed in a replay; tensors that came from
 outside (the batch, weights) are referenced as they are; an in-place op on such a tensor keeps a
 copy of what it overwrote.

@@ -2,7 +2,7 @@
 
 What runs when, in a training step::
 
-    out = model(x)            # root call recorded (args, RNG state)     -- global module hooks
+    out = model(x)            # root call recorded (args, RNG state)     -- Module.__call__ wrapper
     loss = crit(out, y)       # ops outside modules go on the step's tape
     loss.backward()           # roots recorded; without an optimizer: the check runs after it
     optimizer.step()          # pre-step hook: ONE fused check of loss + gradients
@@ -12,6 +12,8 @@ What runs when, in a training step::
                               #   -> the step controller decides; the backend carries it out
                               #   healthy -> learning-rate back-off and clipping, if switched on
                               # post-step hook: fused check of the weights, history, snapshot
+                              # (on CUDA, policy raise: no host read -- the check stays on the
+                              #  device, the update is masked there, read one step later)
 
 Every optimizer's step is a step (a GAN's generator and discriminator each count). The
 decisions are the framework-free :class:`~nanguard.core.controller.StepController`'s; this module
