@@ -173,3 +173,23 @@ def test_skip_policy_keeps_the_synchronous_check() -> None:
     with nanguard.attach(model, opt, policy="skip") as guard:
         _step(model, opt, *_batch())
     assert guard._defer is False
+
+
+def test_a_closure_step_keeps_the_synchronous_check() -> None:
+    """LBFGS checks after each closure call inside one step: no device-side mask there."""
+    torch.manual_seed(0)
+    model = _model()
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=4)
+    x, y = _batch()
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    with nanguard.attach(model, opt) as guard:
+        for _ in range(3):
+            opt.step(closure)
+        assert guard._inflight is None and guard._mask is None
+    assert guard.findings == [] and len(guard.history) == 3

@@ -83,6 +83,7 @@ class GuardBase:
     _defer: bool | None  # the deferred watch (no host sync per step; ``_deferred``), decided once
     _inflight: Any
     _mask: Any
+    _closure_step: bool
 
     #: with policy "raise", the optimizer state is checked every this many steps (the weights
     #: every step): each check reads the tensors once, and on a memory-bound step that shows

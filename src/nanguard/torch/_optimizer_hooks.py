@@ -67,6 +67,7 @@ class OptimizerHooks(GuardBase):
         self.watch.optimizer_name(opt)
         self.step_was_skipped = False
         closure, where = _closure_of(opt, args, kwargs)
+        self._closure_step = closure is not None  # checked after each closure call: synchronously
         if closure is not None:
             # the gradients exist only once the closure ran (LBFGS, Lightning, SAM): check then
             wrapped = self._checked_closure(opt, closure)
@@ -114,7 +115,8 @@ class OptimizerHooks(GuardBase):
         if self._defer is None:
             self._defer = deferred_wanted(params, self.policy)
         # a loss scaler of this run reads its own flag and skips by itself: checked as before
-        if self._defer and primary and not (self._unscaled or len(self._scalers)) and not _dist.active():
+        if (self._defer and primary and not self._closure_step and not (self._unscaled or len(self._scalers))
+                and not _dist.active()):
             self._check_deferred(opt, params)  # no host read: this step is read at the next one
             return
         self._n_losses = len(self._losses)

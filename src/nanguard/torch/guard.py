@@ -140,6 +140,7 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
         self._defer: bool | None = None
         self._inflight: Any = None
         self._mask: Any = None
+        self._closure_step = False
         self.verify = os.environ.get("NANGUARD_VERIFY", "") == "1"
         self.violations: list[dict[str, Any]] = []
 
