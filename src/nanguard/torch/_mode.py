@@ -111,20 +111,15 @@ class LocatorMode(OptimizerSteps, Sinks):
         info = op_info(func)
         prov = self.prov
         flat_args = flat(args)
-        if self.modules.depth:
-            self.model_ran = True
+        self.model_ran = self.model_ran or bool(self.modules.depth)
         tracked = bool(prov) and any(t in prov for t in flat_args)
         defer = self._force_deferred or any(t.is_cuda for t in flat_args)
         if info.reads and self._report_unused:
             self._on_read(func, flat_args)  # ``.item()`` of a value made from finite inputs
 
         # in-place ops overwrite their input: look at it before the op runs
-        pre_flags: torch.Tensor | None = None
-        pre_bad: dict[int, bool] = {}
-        pre_stats: dict[int, Any] = {}
-        mutated: list[torch.Tensor] = []
-        if info.inplace:
-            mutated, pre_flags, pre_bad, pre_stats = self._before_inplace(info, args, kwargs, defer)
+        mutated, pre_flags, pre_bad, pre_stats = (
+            self._before_inplace(info, args, kwargs, defer) if info.inplace else ([], None, {}, {}))
 
         try:
             out = func(*args, **kwargs)
@@ -156,11 +151,7 @@ class LocatorMode(OptimizerSteps, Sinks):
             # a non-finite input from outside is classified where it is first used for arithmetic
             # — so remember which weight an embedding lookup, a gather or a cat copied from
             self.note_copies(flat_args, outs)
-            if info.canonical == "lift_fresh" and self.model_ran and not is_finite(outs[0]):
-                # torch.tensor(values) after the model ran: numbers the script computed in Python
-                # (returns, rewards, targets from a rollout) — the line that made it is where the
-                # value came from, not where it is used (a batch built before the forward is data)
-                self.fresh[outs[0]] = self._outside_source()
+            self._note_fresh(info, outs)
             return out
 
         if defer:
@@ -278,6 +269,13 @@ class LocatorMode(OptimizerSteps, Sinks):
                                    e.pre_stats, e.phase, e.node)
             finally:
                 self._deferred_where = None
+
+    def _note_fresh(self, info: OpInfo, outs: list[torch.Tensor]) -> None:
+        """``torch.tensor(values)`` after the model ran: numbers the script computed in Python
+        (returns, rewards, targets from a rollout) — the line that made it is where a non-finite
+        value came from, not where it is used (a batch built before the forward is data)."""
+        if info.canonical == "lift_fresh" and self.model_ran and not is_finite(outs[0]):
+            self.fresh[outs[0]] = self._outside_source()
 
     # --- provenance ------------------------------------------------------------------------------
     def _on_nonfinite(
