@@ -97,13 +97,20 @@ def test_not_recovered_after_the_window_says_by_how_much_and_escalates() -> None
     assert "update/weight ratio 5 now" in out["reason"]
 
 
-def test_a_run_that_ends_before_its_loss_came_back_is_not_recovered() -> None:
+def test_a_run_that_ends_inside_the_window_is_judged_on_what_was_seen() -> None:
     c = _ctl("skip")
     c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
     _step(c, 21, 40.0)
-    out = c.run_ended(22)
+    out = c.run_ended(22)  # one step seen: too few to say either way
+    assert out is not None and out["status"] == "unjudged"
+    assert out["reason"] == "the run ended 1 healthy step after the last event: too few to judge by (10 needed)"
+    c = _ctl("skip")
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
+    for s in range(21, 33):
+        _step(c, s, 40.0)
+    out = c.run_ended(33)  # twelve steps, all 40× the healthy loss
     assert out is not None and out["status"] == "not-recovered"
-    assert out["reason"].startswith("the run ended 1 healthy step after the last event")
+    assert out["reason"].startswith("the run ended 12 healthy steps after the last event")
     assert c.escalations == 0  # skip never escalates
 
 

@@ -10,7 +10,8 @@ judge decides once per episode:
   median of the last ``min_steps``) is back under the healthy ceiling and the updates no longer
   swamp the weights (decided at the end of the window, not when noise first dips under it);
 * ``not-recovered`` — it is not: the numbers say how far off it is (loss before the event, loss
-  now, update/weight ratio now). A run that ends inside the window is judged on what was seen.
+  now, update/weight ratio now). A run that ends inside the window is judged on what was seen — ``unjudged`` when that
+is fewer than ``min_steps`` healthy steps.
 
 The same signals decide whether a snapshot may be kept as a rollback target
 (:func:`healthy_now`): only a step that is healthy by them is "last known good".
@@ -204,7 +205,12 @@ class OutcomeJudge:
         elif not cur.losses:
             cur.status, cur.decided_step = "unjudged", step
             cur.reason = "the run ended at the last event: no healthy step after it to judge by"
-        elif cur.met(min(self.min_steps, max(1, len(cur.losses)))) and cur.losses:
+        elif len(cur.losses) < self.min_steps:
+            n = len(cur.losses)
+            cur.status, cur.decided_step = "unjudged", step
+            cur.reason = (f"the run ended {n} healthy step{'s' if n != 1 else ''} after the last event: "
+                          f"too few to judge by ({self.min_steps} needed)")
+        elif cur.met(self.min_steps):
             cur.status, cur.decided_step = "recovered", step
             cur.reason = f"the loss was back at the run's healthy level when the run ended ({len(cur.losses)} healthy steps after the last event)"
         else:
