@@ -202,7 +202,9 @@ def test_json_is_written_on_ctrl_c(tmp_path: Path) -> None:
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.2)
     p.send_signal(signal.SIGINT)
-    assert p.wait(timeout=600) == 130
+    # read both pipes while waiting: an unread pipe that fills up would block the child forever
+    _, err = p.communicate(timeout=600)
+    assert p.returncode == 130, err[-3000:]
     assert json.loads((tmp_path / "log.json").read_text())["status"] == "interrupted"
 
 
