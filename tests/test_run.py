@@ -189,6 +189,10 @@ def test_crash_caused_by_nan_is_explained_first(tmp_path: Path) -> None:
     assert ev["cause"] == "nonfinite-parameters" and "2.bias" in str(ev["details"])
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_json_is_written_on_ctrl_c(tmp_path: Path) -> None:
     _script(tmp_path, """
         import time, torch
@@ -196,8 +200,11 @@ def test_json_is_written_on_ctrl_c(tmp_path: Path) -> None:
         while True:
             time.sleep(0.05)
     """)
+    # a shell without job control starts background jobs with SIGINT ignored, and a child inherits
+    # that; give the child the default a terminal's Ctrl-C would meet
     p = subprocess.Popen([sys.executable, "-m", "nanguard", "run", "--json", "log.json", "train.py"],
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                         preexec_fn=_default_sigint)
     assert p.stdout is not None
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.2)
