@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check: the overhead benchmark on CUDA at larger sizes, and the locator tests on CUDA.
+# GPU check: the deferred watch (no host sync on a healthy step), the locator's key cases on CUDA,
+# and the overhead benchmark on CUDA (every size, the floor column and the RL row).
 # One script, under 10 minutes, installs nothing from the network: it assumes a Python with a
 # CUDA build of PyTorch (run it from the repository root; set PYTHON to choose the interpreter).
 #
@@ -22,5 +23,9 @@ date -u +"# %Y-%m-%d %H:%M UTC"
 # the locator's key cases on the GPU (flags stay on the device; one sync per window of ops)
 timeout 120 "$PYTHON" benchmarks/gpu_locate.py --device cuda || true
 
-# the overhead table at the larger sizes, on CUDA
+# the watch without a host sync: healthy steps under torch.cuda.set_sync_debug_mode("error"), a
+# log(0) found one step later at its op, plain / floor / watch step times (fused and plain AdamW)
+timeout 150 "$PYTHON" benchmarks/gpu_watch_sync.py --device cuda || true
+
+# the overhead table on CUDA
 timeout 300 "$PYTHON" benchmarks/overhead.py --device cuda --repeats 5 --no-memory

@@ -9,6 +9,13 @@ Usage::
 For each model and size, the variants run round-robin (A B C A B C …, so drift of the machine
 cancels out), each running a block of training steps timed one by one; the table gives the median
 step time of each variant (over all its blocks) as a ratio to plain training. Timing is never asserted anywhere: this prints numbers.
+
+Fairness: nanguard's hooks are global, so a plain step timed while a guard is attached is slowed
+too. Every variant is attached only for its own block, and before each plain or floor block
+``assert_detached`` checks that nothing is left installed. ``floor`` is what any finiteness check
+pays at least (one ``torch._foreach_norm`` over the gradients, stacked with the loss, one host
+read: what ``GradScaler`` pays). The RL row times one REINFORCE update with its 200 ``no_grad``
+environment steps of a 2-layer policy.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import gc
 import importlib.util
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -26,6 +34,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -36,12 +45,12 @@ import nanguard
 
 
 class MLP(nn.Module):
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, depth: int = 3, d_in: int = 64) -> None:
         super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-            nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10),
-        )
+        layers: list[nn.Module] = [nn.Linear(d_in, width), nn.ReLU()]
+        for _ in range(depth - 1):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        self.net = nn.Sequential(*layers, nn.Linear(width, 10))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -96,33 +105,38 @@ class Case:
 
 
 def cases(quick: bool) -> list[Case]:
+    """The S rows are the models of the watch-cost table (issue 15): MLP 64-128-128 at batch 64,
+    LSTM 32x20 at batch 32, MLP 4x512 at batch 128, CNN+BN at batch 32, Transformer 2x128 at
+    batch 16x32; the L rows the larger sizes."""
     ce = F.cross_entropy
 
     def lm_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(out.flatten(0, 1), y.flatten())
 
-    sizes = {
-        "S": {"mlp": 128, "cnn": 16, "tr": 64, "lstm": 64, "batch": 64},
-        "L": {"mlp": 1024, "cnn": 48, "tr": 256, "lstm": 256, "batch": 128},
-    }
-    out = []
-    for size, w in sizes.items():
-        if quick and size == "L":
-            continue
-        b = 8 if quick else w["batch"]
-        out += [
-            Case("MLP", size, lambda n=w["mlp"]: MLP(n),
-                 lambda d, b=b: (torch.randn(b, 64, device=d), torch.randint(0, 10, (b,), device=d)), ce),
-            Case("CNN+BN", size, lambda n=w["cnn"]: CNN(n),
-                 lambda d, b=b: (torch.randn(b // 2, 3, 32, 32, device=d),
-                                 torch.randint(0, 10, (b // 2,), device=d)), ce),
-            Case("Transformer", size, lambda n=w["tr"]: Transformer(n),
-                 lambda d, b=b: (torch.randint(0, 100, (max(1, b // 4), 32), device=d),
-                                 torch.randint(0, 100, (max(1, b // 4), 32), device=d)), lm_loss),
-            Case("LSTM", size, lambda n=w["lstm"]: LSTM(n),
-                 lambda d, b=b: (torch.randn(b // 2, 24, 32, device=d),
-                                 torch.randint(0, 10, (b // 2,), device=d)), ce),
-        ]
+    def q(b: int) -> int:
+        return max(2, b // 8) if quick else b
+
+    def mlp(size: str, width: int, depth: int, d_in: int, b: int, name: str = "MLP") -> Case:
+        return Case(name, size, lambda: MLP(width, depth, d_in),
+                    lambda d: (torch.randn(q(b), d_in, device=d), torch.randint(0, 10, (q(b),), device=d)), ce)
+
+    def cnn(size: str, width: int, b: int) -> Case:
+        return Case("CNN+BN", size, lambda: CNN(width),
+                    lambda d: (torch.randn(q(b), 3, 32, 32, device=d), torch.randint(0, 10, (q(b),), device=d)), ce)
+
+    def tr(size: str, width: int, b: int) -> Case:
+        return Case("Transformer", size, lambda: Transformer(width),
+                    lambda d: (torch.randint(0, 100, (q(b), 32), device=d),
+                               torch.randint(0, 100, (q(b), 32), device=d)), lm_loss)
+
+    def lstm(size: str, width: int, seq: int, b: int) -> Case:
+        return Case("LSTM", size, lambda: LSTM(width),
+                    lambda d: (torch.randn(q(b), seq, 32, device=d), torch.randint(0, 10, (q(b),), device=d)), ce)
+
+    out = [mlp("S", 128, 3, 64, 64), lstm("S", 64, 20, 32), mlp("S", 512, 4, 512, 128, "MLP 4x512"),
+           cnn("S", 16, 32), tr("S", 128, 16)]
+    if not quick:
+        out += [mlp("L", 1024, 3, 64, 128), cnn("L", 48, 64), tr("L", 256, 32), lstm("L", 256, 24, 64)]
     return out
 
 
@@ -137,12 +151,42 @@ def _sherlorch() -> object | None:
     return sherlorch
 
 
-VARIANTS = ["plain", "watch", "trace", "detect_anomaly"]
+VARIANTS = ["plain", "floor", "watch", "trace", "detect_anomaly"]
+
+
+def floor_check(model: nn.Module, loss: torch.Tensor) -> None:
+    """What any finiteness check must pay at least, as ``GradScaler`` does: one
+    ``torch._foreach_norm`` over the gradients, stacked with the loss, and one host read."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    torch.stack([*torch._foreach_norm(grads), loss.detach().reshape(())]).tolist()
+
+
+def assert_detached() -> None:
+    """Nothing of nanguard (or of anomaly mode) is left installed: a plain or floor block timed
+    now is not slowed by another variant's global hooks."""
+    from torch.nn.modules import module as _module
+    from torch.optim import optimizer as _optim
+
+    leftovers = {
+        "global forward pre-hooks": len(_module._global_forward_pre_hooks),
+        "global forward hooks": len(_module._global_forward_hooks),
+        "wrapped Module.__call__": int(nn.Module.__call__ is not nn.Module._wrapped_call_impl),
+        "wrapped autograd.backward": int(hasattr(torch.autograd.backward, "__nanguard_wrapped__")),
+        "optimizer step hooks": len(_optim._global_optimizer_pre_hooks) + len(_optim._global_optimizer_post_hooks),
+        "dispatch modes": int(torch._C._len_torch_dispatch_stack()),
+        "anomaly mode": int(torch.is_anomaly_enabled()),
+    }
+    bad = {k: v for k, v in leftovers.items() if v}
+    if bad:
+        raise RuntimeError(f"a variant left something installed: {bad}")
 
 
 @contextlib.contextmanager
 def variant_ctx(name: str, model: nn.Module, opt: torch.optim.Optimizer) -> Iterator[None]:
-    if name == "plain":
+    if name in ("plain", "floor"):
+        assert_detached()
+        yield
+    elif name == "as-is":  # whatever is attached now (the memory table's own guard)
         yield
     elif name == "watch":
         with nanguard.attach(model, opt):
@@ -176,6 +220,7 @@ def step_times(case: Case, variant: str, model: nn.Module, opt: torch.optim.Opti
     for attaching the variant, which a real run pays once: the median leaves it out."""
     batches = [case.batch(device) for _ in range(steps)]
     out: list[float] = []
+    gc.collect()  # the garbage of the last block (a trace leaves much) is not this block's cost
     with variant_ctx(variant, model, opt):
         for x, y in batches:
             _sync(device)
@@ -183,6 +228,8 @@ def step_times(case: Case, variant: str, model: nn.Module, opt: torch.optim.Opti
             opt.zero_grad(set_to_none=True)
             loss = case.loss(model(x), y)
             loss.backward()
+            if variant == "floor":
+                floor_check(model, loss)
             opt.step()
             _sync(device)
             out.append(time.perf_counter() - t0)
@@ -206,6 +253,96 @@ def measure(case: Case, variants: list[str], device: torch.device, repeats: int,
         # round-robin, starting each round at the next variant: no variant always runs first
         for v in variants[r % len(variants):] + variants[: r % len(variants)]:
             times[v] += step_times(case, v, model, opt, device, steps)
+    return {v: statistics.median(ts) for v, ts in times.items()}
+
+
+# --- RL: many small no_grad forwards per update ------------------------------------------------
+
+
+class ToyEnv:
+    """A cart-pole-like environment in numpy (4 numbers of state, 2 actions), deterministic for
+    a seed: what an RL script steps between two updates."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.s = np.zeros(4)
+
+    def reset(self) -> np.ndarray:
+        self.s = self.rng.uniform(-0.05, 0.05, 4)
+        return self.s
+
+    def step(self, a: int) -> tuple[np.ndarray, float, bool]:
+        x, v, th, w = self.s
+        f = 1.0 if a else -1.0
+        w = w + 0.02 * (9.8 * math.sin(th) - f * math.cos(th))
+        v, x, th = v + 0.02 * f, x + 0.02 * v, th + 0.02 * w
+        self.s = np.array([x, v, th, w])
+        return self.s, 1.0, abs(th) > 0.2 or abs(x) > 2.4
+
+
+def rl_policy() -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2))
+
+
+def rl_update(policy: nn.Module, opt: torch.optim.Optimizer, env: ToyEnv, variant: str,
+              env_steps: int) -> None:
+    """One REINFORCE update: ``env_steps`` environment steps, each a ``no_grad`` forward of the
+    policy and a sampled action read with ``.item()``, then one batched forward with a graph,
+    the loss, ``backward()`` and ``step()``."""
+    states, actions, rewards = [], [], []
+    obs = env.reset()
+    for _ in range(env_steps):
+        s = torch.as_tensor(obs, dtype=torch.float32)
+        with torch.no_grad():
+            logits = policy(s)
+        a = int(torch.distributions.Categorical(logits=logits).sample().item())
+        states.append(obs)
+        actions.append(a)
+        obs, r, done = env.step(a)
+        rewards.append(r)
+        if done:
+            obs = env.reset()
+    ret, returns = 0.0, []
+    for r in reversed(rewards):
+        ret = r + 0.99 * ret
+        returns.append(ret)
+    returns.reverse()
+    st = torch.as_tensor(np.array(states), dtype=torch.float32)
+    acts = torch.as_tensor(actions)
+    rets = torch.as_tensor(returns, dtype=torch.float32)
+    rets = (rets - rets.mean()) / (rets.std() + 1e-8)
+    logp = F.log_softmax(policy(st), -1).gather(1, acts[:, None]).squeeze(1)
+    loss = -(logp * rets).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if variant == "floor":
+        floor_check(policy, loss)
+    opt.step()
+
+
+def rl_times(variant: str, policy: nn.Module, opt: torch.optim.Optimizer, env: ToyEnv,
+             steps: int, env_steps: int) -> list[float]:
+    out = []
+    gc.collect()
+    with variant_ctx(variant, policy, opt):
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            rl_update(policy, opt, env, variant, env_steps)
+            out.append(time.perf_counter() - t0)
+    return out
+
+
+def measure_rl(variants: list[str], repeats: int, steps: int, env_steps: int) -> dict[str, float]:
+    torch.manual_seed(0)
+    policy = rl_policy()
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    env = ToyEnv(0)
+    for v in variants:
+        rl_times(v, policy, opt, env, 1, env_steps)
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for r in range(repeats):
+        for v in variants[r % len(variants):] + variants[: r % len(variants)]:
+            times[v] += rl_times(v, policy, opt, env, steps, env_steps)
     return {v: statistics.median(ts) for v, ts in times.items()}
 
 
@@ -254,7 +391,7 @@ def held_mb(case: Case, policy: str, device: torch.device) -> float:
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
     g = nanguard.attach(m, opt, policy=policy, snapshot_every=1)
     try:
-        time_block(case, "plain", m, opt, device, 20)
+        time_block(case, "as-is", m, opt, device, 20)
         held = _nbytes(g.update_replay.copy)
         if g.snapshots.last is not None:
             held += g.snapshots.last.nbytes
@@ -308,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: as is)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory table")
     p.add_argument("--json", help="write the numbers to this file")
+    p.add_argument("--variants", help="comma-separated subset of the variants (plain is always in)")
+    p.add_argument("--rl-only", action="store_true", help="only the RL row")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -315,9 +454,14 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (3 if args.quick else 12)
     steps = args.steps or (3 if args.quick else 15)
     variants = list(VARIANTS) + (["sherlorch"] if _sherlorch() is not None else [])
+    if args.variants:
+        wanted = {"plain", *args.variants.split(",")}
+        variants = [v for v in variants if v in wanted]
     print(f"# python benchmarks/overhead.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     print(f"# torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
           f"{repeats} round-robin repeats x {steps} steps, median step time")
+    print(f"# load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs; "
+          "each variant is attached only during its own blocks (checked before every plain/floor block)")
     if _sherlorch() is None:
         print("# sherlorch: not installed (pip install sherlorch to add its column)")
     results: list[dict[str, object]] = []
@@ -325,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(header)
     print("|" + "---|" * (3 + len(variants) - 1))
-    for i, case in enumerate(cases(args.quick)):
+    for i, case in enumerate([] if args.rl_only else cases(args.quick)):
         gc.collect()
         med = measure(case, variants, device, repeats, steps)
         base = med["plain"]
@@ -336,10 +480,23 @@ def main(argv: list[str] | None = None) -> int:
         print(row, flush=True)
         results.append({"model": case.name, "size": case.size, "index": i, "plain_s": base,
                         **{f"{v}_ratio": ratios[v] for v in variants}})
+    env_steps = 20 if args.quick else 200
+    rl_variants = [v for v in variants if v != "sherlorch"]
+    print()
+    print(f"| RL loop | plain ms/update | {' | '.join(rl_variants[1:])} |")
+    print("|---|---|" + "---|" * (len(rl_variants) - 1))
+    med = measure_rl(rl_variants, repeats, max(2, steps // 3), env_steps)
+    base = med["plain"]
+    print(f"| REINFORCE, {env_steps} no_grad env steps per update | {base * 1e3:.2f} | "
+          + " | ".join(f"{med[v] / base:.3f}x" for v in rl_variants[1:]) + " |", flush=True)
+    results.append({"model": "REINFORCE", "size": f"{env_steps} env steps", "plain_s": base,
+                    **{f"{v}_ratio": med[v] / base for v in rl_variants}})
+    if args.rl_only:
+        return 0
     print()
     print("| model | size | replay: failure → finding, in plain steps |")
     print("|---|---|---|")
-    for r, case in zip(results, cases(args.quick)):
+    for r, case in zip(results, cases(args.quick)):  # (the RL row, last, has no replay row)
         lat = replay_latency(case, device)
         r["replay_steps"] = lat
         print(f"| {case.name} | {case.size} | {lat:.2f} |", flush=True)

@@ -5,10 +5,11 @@ Usage::
     python benchmarks/watch_profile.py              # the small MLP of overhead.py
     python benchmarks/watch_profile.py --model LSTM --size S
 
-Two tables. First the median time of each part of a training step (``zero_grad``, the model's
+Three tables. First the median time of each part of a training step (``zero_grad``, the model's
 forward, the loss, ``backward()``, ``step()``) without and with ``nanguard.attach``. Then an
 ablation: the guard with one more of its parts switched off at a time (by replacing the method
-with a no-op, in this process only), so each row's drop is what that part costs. Nothing here is
+with a no-op, in this process only), so each row's drop is what that part costs; between them,
+the guard's own methods timed call by call (median µs, calls per step). Nothing here is
 asserted; the numbers move by ±20 µs between runs on a shared machine.
 """
 
@@ -25,8 +26,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import functools
+
 import overhead
-from nanguard.torch import _guard_base, _recorder, _update_replay
+from nanguard.torch import _backward_hooks, _guard_base, _optimizer_hooks, _recorder, _update_replay
 
 PARTS = ("zero_grad", "forward", "loss", "backward", "step")
 
@@ -56,6 +59,49 @@ def phases(case: overhead.Case, variant: str, model: torch.nn.Module, opt: torch
 
 def _noop(*_a: object, **_k: object) -> None:
     return None
+
+
+#: (the part, its owner, the attribute): timed call by call in the third table
+TIMED: list[tuple[str, object, str]] = [
+    ("pre-step hook, all of it", _optimizer_hooks.OptimizerHooks, "_pre_step"),
+    ("  the fused check (gradients + weights, one read)", _optimizer_hooks, "check"),
+    ("  the update-replay copy", _update_replay.UpdateReplay, "keep"),
+    ("post-step hook, all of it", _optimizer_hooks.OptimizerHooks, "_post_step"),
+    ("  the history record", _guard_base.GuardBase, "_record"),
+    ("  the end of the step", _guard_base.GuardBase, "_end_step"),
+    ("backward(): before the engine", _backward_hooks.BackwardHooks, "before"),
+    ("backward(): after the engine", _backward_hooks.BackwardHooks, "after"),
+    ("model call recorded: enter", _recorder.StepRecorder, "root_enter"),
+    ("model call recorded: exit", _recorder.StepRecorder, "root_exit"),
+    ("an op outside modules on the tape", _recorder.StepRecorder, "_tape_op"),
+    ("the tape's mode pushed", _recorder.StepRecorder, "tape_on"),
+    ("the tape's mode popped", _recorder.StepRecorder, "tape_off"),
+]
+
+
+def hook_table(case: overhead.Case, model: torch.nn.Module, opt: torch.optim.Optimizer,
+               steps: int) -> list[tuple[str, float, float]]:
+    """(part, calls per step, median µs per call) of the guard's own methods on watch steps."""
+    acc: dict[str, list[float]] = {name: [] for name, _, _ in TIMED}
+    saved = []
+    for name, owner, attr in TIMED:
+        fn = getattr(owner, attr)
+        saved.append((owner, attr, fn))
+
+        def timed(*a: object, _fn: Callable[..., object] = fn, _k: str = name, **k: object) -> object:
+            t0 = time.perf_counter()
+            try:
+                return _fn(*a, **k)
+            finally:
+                acc[_k].append(time.perf_counter() - t0)
+
+        setattr(owner, attr, functools.wraps(fn)(timed))
+    try:
+        overhead.step_times(case, "watch", model, opt, torch.device("cpu"), steps)
+    finally:
+        for owner, attr, fn in saved:
+            setattr(owner, attr, fn)
+    return [(n, len(v) / steps, statistics.median(v) * 1e6 if v else 0.0) for n, v in acc.items()]
 
 
 #: (what is switched off, the class, the method) — cumulative, in this order
@@ -98,6 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {k} | {plain[k] * 1e6:.0f} | {watch[k] * 1e6:.0f} | {(watch[k] - plain[k]) * 1e6:+.0f} |")
     tp, tw = sum(plain.values()), sum(watch.values())
     print(f"| **all** | {tp * 1e6:.0f} | {tw * 1e6:.0f} | {(tw - tp) * 1e6:+.0f} |")
+
+    print()
+    print("| the guard's part (timed call by call) | calls per step | median µs per call |")
+    print("|---|---|---|")
+    for name, n, us in hook_table(case, model, opt, args.steps):
+        print(f"| {name} | {n:.1f} | {us:.1f} |")
 
     print()
     print("| switched off (cumulative) | watch adds µs per step |")

@@ -21,7 +21,8 @@ def test_overhead_benchmark_runs_and_prints_its_tables() -> None:
     )
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
-    assert "| model | size | plain ms/step | watch | trace | detect_anomaly |" in out
+    assert "| model | size | plain ms/step | floor | watch | trace | detect_anomaly |" in out
+    assert "| REINFORCE, 20 no_grad env steps per update |" in out
     for model in ("MLP", "CNN+BN", "Transformer", "LSTM"):
         assert f"| {model} | S |" in out
     assert "replay: failure → finding, in plain steps" in out

@@ -80,6 +80,10 @@ class GuardBase:
     _last_update_step: int
     _weights_ok: bool | None
     _bad_from_start: set[str]
+    _defer: bool | None  # the deferred watch (no host sync per step; ``_deferred``), decided once
+    _inflight: Any
+    _mask: Any
+    _closure_step: bool
 
     #: with policy "raise", the optimizer state is checked every this many steps (the weights
     #: every step): each check reads the tensors once, and on a memory-bound step that shows
@@ -95,6 +99,13 @@ class GuardBase:
 
     def _loss_bad(self) -> bool:
         """Is the step's loss itself not finite (:class:`BackwardHooks`)?"""
+        raise NotImplementedError
+
+    def _check_deferred(self, opt: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
+        """The check left on the device (:class:`~nanguard.torch._deferred_hooks.DeferredHooks`)."""
+        raise NotImplementedError
+
+    def _deferred_after_step(self) -> None:
         raise NotImplementedError
 
     def _adopt_primary(self, opt: torch.optim.Optimizer) -> None:

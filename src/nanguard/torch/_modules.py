@@ -102,6 +102,10 @@ class ModuleStack:
 
     def __init__(self, root: nn.Module | None = None) -> None:
         self.root = root
+        self.roots_only = False  # installed as a root-call wrapper, not as global module hooks
+        #: a forward that builds no graph need not be told (the recorder is disarmed: an RL
+        #: rollout, an evaluation loop): such a call then costs one Python frame and a flag
+        self.quiet = False
         self.stack: list[nn.Module] = []
         self.roots_seen: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self.on_root_enter: Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None] | None = None
@@ -111,9 +115,19 @@ class ModuleStack:
         self._handles: list[Any] = []
 
     # --- installation ------------------------------------------------------------------------
-    def install(self) -> None:
+    def install(self, roots_only: bool = False) -> None:
+        """Global module hooks on every module call (what the locator needs to name modules), or
+        with ``roots_only`` a wrapper of ``Module.__call__`` that tells only top-level calls (what
+        the guard's recorder needs): every module call then keeps PyTorch's fast path without
+        hooks, and a call outside a graph (``no_grad``) costs one Python frame."""
         if self._handles:
             return
+        if roots_only:
+            self.roots_only = True
+            _ROOT_CALLS.add(self)
+            self._handles = [_RootHandle(self)]
+            return
+        self.roots_only = False
         self._handles = [
             _module.register_module_forward_pre_hook(self._pre_hook),
             _module.register_module_forward_hook(self._post_hook, always_call=True),
@@ -124,6 +138,7 @@ class ModuleStack:
             h.remove()
         self._handles = []
         self.stack.clear()
+        self.roots_only = False
 
     # --- hooks ---------------------------------------------------------------------------------
     def _pre_hook(self, mod: nn.Module, args: tuple[Any, ...]) -> None:
@@ -182,6 +197,82 @@ class ModuleStack:
             if parent is not None:
                 return f"{parent}.<{type(mod).__name__}>" if parent else f"<{type(mod).__name__}>"
         return f"<{type(mod).__name__}>"
+
+    # --- top-level calls only (``install(roots_only=True)``) -----------------------------------
+    def root_enter(self, mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.stack.append(mod)
+        if torch.is_grad_enabled():
+            self.roots_seen.add(mod)  # a model trained here (not one only evaluated)
+        if self.on_root_enter is not None:
+            self.on_root_enter(mod, args, kwargs)
+
+    def root_exit(self, mod: nn.Module, output: Any) -> None:
+        self.stack.clear()
+        if self.on_root_exit is not None:
+            self.on_root_exit(mod, output)
+
+
+class _RootHandle:
+    def __init__(self, stack: ModuleStack) -> None:
+        self.stack = stack
+
+    def remove(self) -> None:
+        _ROOT_CALLS.remove(self.stack)
+
+
+class _RootCalls:
+    """``nn.Module.__call__``, wrapped (class level, torch's class) while a stack listens: a
+    call made while no other module runs is a root call; calls inside it go straight on."""
+
+    def __init__(self) -> None:
+        self.stacks: list[ModuleStack] = []
+        self.depth = 0
+        self._orig: Callable[..., Any] | None = None
+
+    def add(self, stack: ModuleStack) -> None:
+        if not self.stacks:
+            self._orig = nn.Module.__call__
+            nn.Module.__call__ = _root_call  # type: ignore[method-assign]
+        self.stacks.append(stack)
+
+    def remove(self, stack: ModuleStack) -> None:
+        if stack in self.stacks:
+            self.stacks.remove(stack)
+        if not self.stacks and self._orig is not None:
+            nn.Module.__call__ = self._orig  # type: ignore[method-assign]
+            self._orig = None
+
+
+_ROOT_CALLS = _RootCalls()
+
+
+def _root_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    rc = _ROOT_CALLS
+    orig = rc._orig
+    assert orig is not None
+    if rc.depth or _compiling():
+        return orig(self, *args, **kwargs)
+    if not torch.is_grad_enabled() and all(s.quiet for s in rc.stacks):
+        rc.depth = 1
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            rc.depth = 0
+    stacks = list(rc.stacks)
+    for s in stacks:
+        s.root_enter(self, args, kwargs)
+    rc.depth = 1
+    try:
+        out = orig(self, *args, **kwargs)
+    except BaseException:
+        rc.depth = 0
+        for s in stacks:  # as a global forward hook with always_call=True: told with no output
+            s.root_exit(self, None)
+        raise
+    rc.depth = 0
+    for s in stacks:
+        s.root_exit(self, out)
+    return out
 
 
 def is_parameter_like(t: torch.Tensor) -> bool:

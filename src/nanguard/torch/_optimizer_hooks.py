@@ -21,6 +21,7 @@ import torch
 from ..core.diagnosis import diagnose
 from . import _dist
 from ._backend import apply_settings, maybe_snapshot
+from ._deferred import deferred_wanted
 from ._findings import optimizer_finding, parameter_finding
 from ._guard_base import GuardBase, param_norm
 from ._watched import opt_params
@@ -66,6 +67,7 @@ class OptimizerHooks(GuardBase):
         self.watch.optimizer_name(opt)
         self.step_was_skipped = False
         closure, where = _closure_of(opt, args, kwargs)
+        self._closure_step = closure is not None  # checked after each closure call: synchronously
         if closure is not None:
             # the gradients exist only once the closure ran (LBFGS, Lightning, SAM): check then
             wrapped = self._checked_closure(opt, closure)
@@ -110,6 +112,13 @@ class OptimizerHooks(GuardBase):
         if not any(p.grad is not None for p in params) and not self._losses:
             return  # nothing computed yet (a closure-based optimizer computes it inside step())
         primary = opt is self.watch.primary
+        if self._defer is None:
+            self._defer = deferred_wanted(params, self.policy)
+        # a loss scaler of this run reads its own flag and skips by itself: checked as before
+        if (self._defer and primary and not self._closure_step and not (self._unscaled or len(self._scalers))
+                and not _dist.active()):
+            self._check_deferred(opt, params)  # no host read: this step is read at the next one
+            return
         self._n_losses = len(self._losses)
         due = self._params_due and primary
         # the state too: periodically, and whenever the last update's gradients were large enough
@@ -170,6 +179,9 @@ class OptimizerHooks(GuardBase):
         self.recorder.paused = max(0, self.recorder.paused - 1)
         self._give_back()
         primary = opt is self.watch.primary
+        deferred = self._inflight if primary else None
+        if primary:
+            self._deferred_after_step()
         if primary and not self.step_was_skipped:
             self._updated = True
             self._last_update_step = self.step
@@ -177,6 +189,8 @@ class OptimizerHooks(GuardBase):
             if primary:
                 self._params_due = True  # checked with the next step's gradients
             self._record(self._pending, None, opt)
+            if deferred is not None and deferred is self._inflight:
+                deferred.record = self.history[-1]  # filled in when its numbers are read
             self._end_step()
         else:
             self._check_after_update(opt)

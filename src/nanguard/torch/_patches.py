@@ -30,40 +30,43 @@ _active: list[StepRecorder] = []
 _saved: list[tuple[Any, str, Callable[..., Any]]] = []
 
 
-def _paused(fn: Callable[..., Any]) -> Callable[..., Any]:
+def _paused(fn: Callable[..., Any], pop: bool = True) -> Callable[..., Any]:
+    """Nothing inside ``fn`` is recorded. ``pop``: the tape's mode is popped too (data loading
+    may run many ops); else they only pass through it (``zero_grad``, with no or few ops)."""
     @functools.wraps(fn)
     @transparent
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         recs = list(_active)
         for r in recs:
             r.paused += 1
-            r.tape_off()
+            if pop:
+                r.tape_off()
         try:
             return fn(*args, **kwargs)
         finally:
             for r in recs:
                 r.paused -= 1
-                if not r.paused and not r.modules.depth and r.resume_tape:
+                if pop and not r.paused and not r.modules.depth and r.resume_tape:
                     r.tape_on()
 
     return wrapper
 
 
-_TARGETS: list[tuple[Any, str]] = [
-    (_dl._BaseDataLoaderIter, "__next__"),
-    (_dl._BaseDataLoaderIter, "__init__"),
-    (torch.optim.Optimizer, "zero_grad"),
-    (torch.nn.Module, "zero_grad"),
+_TARGETS: list[tuple[Any, str, bool]] = [
+    (_dl._BaseDataLoaderIter, "__next__", True),
+    (_dl._BaseDataLoaderIter, "__init__", True),
+    (torch.optim.Optimizer, "zero_grad", False),
+    (torch.nn.Module, "zero_grad", False),
 ]
 
 
 def register_recorder(rec: StepRecorder) -> None:
     if not _active:
         _transparent.install()
-        for owner, name in _TARGETS:
+        for owner, name, pop in _TARGETS:
             orig = owner.__dict__[name]
             _saved.append((owner, name, orig))
-            setattr(owner, name, _paused(orig))
+            setattr(owner, name, _paused(orig, pop))
     _active.append(rec)
 
 

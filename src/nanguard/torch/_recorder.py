@@ -8,9 +8,12 @@ While a guard is attached, every step is recorded as a short list of events:
   the batch, ``torch.log`` of the model's output), with its arguments and the user's source line;
 * a **backward** — the roots (the loss) and gradients of a backward pass.
 
-Recording is cheap: module calls are observed by the global hooks the guard needs anyway, and the
-tape's dispatch mode is pushed only while no module is running (it is popped at each root call,
-during backward, the optimizer step and data loading), so the ops inside the model cost nothing.
+Recording is cheap: top-level module calls are told by a wrapper of ``Module.__call__``
+(``_modules._RootCalls``; the calls inside them keep PyTorch's fast path), and the tape's dispatch
+mode is pushed only while no module is running (it is popped at each root call, during backward,
+the optimizer step and data loading), so the ops inside the model cost nothing. Forwards that
+build no graph are recorded once a step: from the second on (an RL rollout, an evaluation loop)
+the recorder is disarmed — no tape, no record — until a forward with grad enabled.
 Tensors made by earlier events are held weakly and recomputed in a replay; tensors that came from
 outside (the batch, weights) are referenced as they are; an in-place op on such a tensor keeps a
 copy of what it overwrote.
@@ -193,10 +196,15 @@ class StepRecorder:
         self._forward_started = False  # has this step's forward pass begun (a model call, an op
         # on a tensor that requires grad)?
         self._fresh: set[int] = set()
+        #: forwards that built no graph this step (``no_grad``: an environment step, evaluation):
+        #: the first is recorded (a target network's output may feed the loss); from the second
+        #: on neither they nor the ops between them are, until a forward builds a graph again
+        self._nograd_calls = 0
+        self._disarmed = self.modules.quiet = False
 
     # --- tape push/pop --------------------------------------------------------------------------
     def tape_on(self) -> None:
-        if self._tape_on or not self.enabled or not self.resume_tape or self.paused:
+        if self._tape_on or not self.enabled or not self.resume_tape or self.paused or self._disarmed:
             return
         self._tape.__enter__()
         self._tape_on = True
@@ -230,6 +238,8 @@ class StepRecorder:
         self._made = WeakIdKeyDictionary()
         self._forward_started = False
         self._fresh = set()  # storages allocated by this step's ops before its forward
+        self._nograd_calls = 0
+        self._disarmed = self.modules.quiet = False
 
     def _spec(self, obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):
@@ -302,6 +312,16 @@ class StepRecorder:
         self.tape_off()
         if self.paused or not self.enabled:
             return
+        grad = torch.is_grad_enabled()
+        if not grad:
+            self._nograd_calls += 1
+            if self._nograd_calls > 1:
+                self._disarmed = True  # many forwards without a graph: an RL rollout, an eval loop
+                self.modules.quiet = True
+                self._pending_root = None
+                return
+        else:
+            self._disarmed = self.modules.quiet = False
         self._forward_started = True
         ev = RootCall(mod, self._spec(args), self._spec(kwargs), torch.is_grad_enabled(),
                       user_frame(3), RngState.capture(), autocast=autocast_state())

@@ -30,8 +30,9 @@ class UpdateReplay:
     and in share of the step time) and replays that update under the locator on demand."""
 
     #: the copy is made while it costs at most this share of a step (the measured copy; its
-    #: real cost, with allocation and cache traffic, is up to twice that)
-    BUDGET = 0.02
+    #: real cost, with allocation and cache traffic, is up to twice that): a quarter of the
+    #: watch's whole budget of 2 %
+    BUDGET = 0.005
 
     def __init__(self) -> None:
         self.copy: tuple[int, list[torch.Tensor], list[Any], dict[Any, Any]] | None = None
@@ -44,7 +45,7 @@ class UpdateReplay:
     def keep(self, opt: torch.optim.Optimizer, params: Sequence[torch.Tensor], step: int,
              history: History, grad_norm: float | None) -> None:
         """Before a healthy update: keep a copy of weights, gradients and state — when they are
-        at most 64 MB together and copying them costs under 2 % of a step (until a step time is
+        at most 64 MB together and copying them costs under 0.5 % of a step (until a step time is
         known: when under 16 MB), or the update is at risk. Larger models get the optimizer
         named (``Adam.step``) instead of the op."""
         now = time.perf_counter()

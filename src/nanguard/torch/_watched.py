@@ -61,10 +61,10 @@ class WatchSet:
     def param_names(self) -> dict[int, str]:
         """``id(parameter) -> name``, recomputed only when the set of models or the optimizer's
         parameter count changes (it is read at every step)."""
-        roots = self.roots()
         nparams = sum(len(g["params"]) for g in self.primary.param_groups) if self.primary else 0
-        key = (tuple(id(r) for r in roots), nparams)
+        key = (id(self.model), len(self.modules.roots_seen), nparams)
         if key != self._names_key:
+            roots = self.roots()
             names: dict[int, str] = {}
             for r in roots:
                 for n, p in _unwrap(r).named_parameters():

@@ -2,7 +2,7 @@
 
 What runs when, in a training step::
 
-    out = model(x)            # root call recorded (args, RNG state)     -- global module hooks
+    out = model(x)            # root call recorded (args, RNG state)     -- Module.__call__ wrapper
     loss = crit(out, y)       # ops outside modules go on the step's tape
     loss.backward()           # roots recorded; without an optimizer: the check runs after it
     optimizer.step()          # pre-step hook: ONE fused check of loss + gradients
@@ -12,6 +12,8 @@ What runs when, in a training step::
                               #   -> the step controller decides; the backend carries it out
                               #   healthy -> learning-rate back-off and clipping, if switched on
                               # post-step hook: fused check of the weights, history, snapshot
+                              # (on CUDA, policy raise: no host read -- the check stays on the
+                              #  device, the update is masked there, read one step later)
 
 Every optimizer's step is a step (a GAN's generator and discriminator each count). The
 decisions are the framework-free :class:`~nanguard.core.controller.StepController`'s; this module
@@ -38,6 +40,7 @@ from ..core.history import History
 from ..core.policy import Recovery, RecoveryCounters
 from . import _autograd, _patches
 from ._backward_hooks import BackwardHooks
+from ._deferred_hooks import DeferredHooks
 from ._findings import optimizer_finding
 from ._guard_base import param_norm
 from ._modules import ModuleStack
@@ -55,7 +58,7 @@ _ATTACHED: weakref.WeakKeyDictionary[Any, Guard] = weakref.WeakKeyDictionary()
 _SESSION: list[Guard] = []
 
 
-class Guard(OptimizerHooks, BackwardHooks, RecoveryCounters):
+class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
     """The handle :func:`attach` returns. Use it as a context manager or call :meth:`detach`.
 
     Attributes:
@@ -134,6 +137,10 @@ class Guard(OptimizerHooks, BackwardHooks, RecoveryCounters):
         self._last_update_step = -1
         self._weights_ok: bool | None = None  # the last check of the weights (None: not yet)
         self._bad_from_start: set[str] = set()  # weights that were non-finite before any update
+        self._defer: bool | None = None
+        self._inflight: Any = None
+        self._mask: Any = None
+        self._closure_step = False
         self.verify = os.environ.get("NANGUARD_VERIFY", "") == "1"
         self.violations: list[dict[str, Any]] = []
 
@@ -167,7 +174,7 @@ class Guard(OptimizerHooks, BackwardHooks, RecoveryCounters):
             self._schedulers.update(_schedulers_made_before(self.optimizer))
         self.modules.on_root_enter = self.recorder.root_enter
         self.modules.on_root_exit = self.recorder.root_exit
-        self.modules.install()
+        self.modules.install(roots_only=True)
         self._handles.append(_autograd.add_backward_listener(self))
         self._handles.append(_autograd.add_optimizer_listener(self._pre_step, self._post_step))
         _patches.register_recorder(self.recorder)
@@ -189,6 +196,18 @@ class Guard(OptimizerHooks, BackwardHooks, RecoveryCounters):
             return
         if not self._installed:
             return
+        error: BaseException | None = None
+        try:
+            self.resolve_inflight()  # the deferred watch's last step, read now
+        except Exception as e:  # raised after the hooks are removed
+            error = e
+        try:
+            self._detach_hooks()
+        finally:
+            if error is not None:
+                raise error
+
+    def _detach_hooks(self) -> None:
         primary = self.watch.primary
         if self._params_due and primary is not None and self._updated:
             self._params_due = False

@@ -52,6 +52,9 @@ class TorchSession(GuardSession):
             self.guard.recorder.resume_tape = False
             self.guard.recorder.tape_off()
             self.guard.replay_enabled = False
+            # the tracer names every module: global module hooks, not the guard's root calls
+            self.guard.modules.remove()
+            self.guard.modules.install()
             self._script_end = ScriptEnd(self._script_ended, sys.argv[0] if sys.argv else None)
             loc = Locator(None, modules=self.guard.modules, on_open=self._unused_changed,
                           options=LocateOptions(on_sink="raise", detected_by="trace"))

@@ -61,6 +61,7 @@ def _norms(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 
 @untraced  # under --trace: the check's own norms are not the user's values
+@torch.no_grad()  # the weights require grad: their norms must not build a graph
 def check(
     grads: Sequence[torch.Tensor | None],
     losses: Sequence[torch.Tensor] = (),
