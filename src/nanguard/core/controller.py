@@ -259,7 +259,7 @@ class StepController:
         same = [s for s, x in self._drops if x == src]
         if len(same) >= MAX_REPEATED_DROPS and 2 * len(same) >= step - same[0] + 1:
             where = f" entering at {src}" if src != "?" else ""
-            if finding.details.get("origin") == "computed":
+            if finding.details.get("origin") in ("computed", "unrecorded"):
                 where = f" made by the script at {src}"
             what = ("failed at the healthy weights whatever the fix" + (f" (at {src})" if src != "?" else "")
                     if force else f"held non-finite values{where}")

@@ -57,9 +57,20 @@ def locate_step(guard: Guard, chk: NormCheck, params: Sequence[torch.Tensor]) ->
         finding.details.setdefault("activation_scale", scale[:32])
     if finding.phase == "data":
         _mark_carried(guard, finding)
+        _mark_unrecorded(guard, finding)
     if _dist.active():
         finding.rank = _dist.rank()
     return finding
+
+
+def _mark_unrecorded(guard: Guard, finding: Finding) -> None:
+    """A non-finite input in a step where the recorder stood aside for ``no_grad`` forwards
+    (an RL rollout) and no ``DataLoader`` handed out a batch: it was made by ops nanguard did
+    not record (a return, an advantage, an observation the script built), so it is not called
+    loaded data; where it entered the update is all that is known."""
+    rec = guard.recorder
+    if finding.details.get("origin") == "data" and rec.stood_aside and not rec.loaded_batch:
+        finding.details["origin"] = "unrecorded"
 
 
 def _mark_carried(guard: Guard, finding: Finding) -> None:

@@ -30,15 +30,17 @@ _active: list[StepRecorder] = []
 _saved: list[tuple[Any, str, Callable[..., Any]]] = []
 
 
-def _paused(fn: Callable[..., Any], pop: bool = True) -> Callable[..., Any]:
+def _paused(fn: Callable[..., Any], pop: bool = True, loads: bool = False) -> Callable[..., Any]:
     """Nothing inside ``fn`` is recorded. ``pop``: the tape's mode is popped too (data loading
-    may run many ops); else they only pass through it (``zero_grad``, with no or few ops)."""
+    may run many ops); else they only pass through it (``zero_grad``, with no or few ops).
+    ``loads``: ``fn`` hands out a batch (the recorder notes that the step loaded data)."""
     @functools.wraps(fn)
     @transparent
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         recs = list(_active)
         for r in recs:
             r.paused += 1
+            r.loaded_batch = r.loaded_batch or loads
             if pop:
                 r.tape_off()
         try:
@@ -52,21 +54,21 @@ def _paused(fn: Callable[..., Any], pop: bool = True) -> Callable[..., Any]:
     return wrapper
 
 
-_TARGETS: list[tuple[Any, str, bool]] = [
-    (_dl._BaseDataLoaderIter, "__next__", True),
-    (_dl._BaseDataLoaderIter, "__init__", True),
-    (torch.optim.Optimizer, "zero_grad", False),
-    (torch.nn.Module, "zero_grad", False),
+_TARGETS: list[tuple[Any, str, bool, bool]] = [  # owner, name, pop, loads
+    (_dl._BaseDataLoaderIter, "__next__", True, True),
+    (_dl._BaseDataLoaderIter, "__init__", True, False),
+    (torch.optim.Optimizer, "zero_grad", False, False),
+    (torch.nn.Module, "zero_grad", False, False),
 ]
 
 
 def register_recorder(rec: StepRecorder) -> None:
     if not _active:
         _transparent.install()
-        for owner, name, pop in _TARGETS:
+        for owner, name, pop, loads in _TARGETS:
             orig = owner.__dict__[name]
             _saved.append((owner, name, orig))
-            setattr(owner, name, _paused(orig, pop))
+            setattr(owner, name, _paused(orig, pop, loads))
     _active.append(rec)
 
 

@@ -201,6 +201,10 @@ class StepRecorder:
         #: on neither they nor the ops between them are, until a forward builds a graph again
         self._nograd_calls = 0
         self._disarmed = self.modules.quiet = False
+        #: did the recorder stand aside at some point of this step (ops then made values it did
+        #: not see), and did a ``DataLoader`` hand out a batch in it?
+        self.stood_aside = False
+        self.loaded_batch = False
 
     # --- tape push/pop --------------------------------------------------------------------------
     def tape_on(self) -> None:
@@ -240,6 +244,7 @@ class StepRecorder:
         self._fresh = set()  # storages allocated by this step's ops before its forward
         self._nograd_calls = 0
         self._disarmed = self.modules.quiet = False
+        self.stood_aside = self.loaded_batch = False
 
     def _spec(self, obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):
@@ -315,9 +320,12 @@ class StepRecorder:
         grad = torch.is_grad_enabled()
         if not grad:
             self._nograd_calls += 1
-            if self._nograd_calls > 1:
+            # not under inference_mode: it restores the whole dispatch-key set when it exits, so
+            # a tape popped inside it and left off would leave the Python key on with no mode
+            # (torch's INTERNAL ASSERT at the next factory call); there every call stays balanced
+            if self._nograd_calls > 1 and not torch.is_inference_mode_enabled():
                 self._disarmed = True  # many forwards without a graph: an RL rollout, an eval loop
-                self.modules.quiet = True
+                self.modules.quiet = self.stood_aside = True
                 self._pending_root = None
                 return
         else:

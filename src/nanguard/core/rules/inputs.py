@@ -33,6 +33,8 @@ def batch_holds_nonfinite(case: Case) -> Diagnosis | None:
         lines.append(f"{name} holds {ev.what} before any operation ran")
     if ev.origin == "computed":
         return _computed(case, lines)
+    if ev.origin == "unrecorded":
+        return _unrecorded(case, lines)
     fixes = [
         say.drop_bad_samples,
         "nanguard scan <your data file>  # find every bad row and column",
@@ -124,3 +126,20 @@ def _computed(case: Case, lines: list[str]) -> Diagnosis:
     ]
     return Diagnosis(Cause.NONFINITE_INPUT, 0.95,
                      f"a tensor the script computed holds {ev.what}", lines, fixes)
+
+
+def _unrecorded(case: Case, lines: list[str]) -> Diagnosis:
+    """The bad tensor was made between the step's ``no_grad`` forwards (an RL rollout), where
+    the watch records nothing to stay cheap: what the script built there, not a data file."""
+    ev = case.ev
+    at = ev.source or "the line shown"
+    lines = [f"it entered the update at {at}; it was made after the step's no_grad forwards (a "
+             "rollout), where nanguard records no op: a return, advantage, reward or observation "
+             "the script built there, not a batch from a DataLoader", *lines]
+    fixes = [
+        "check the computation that builds it: a recurrence such as R = r + gamma * R grows "
+        "geometrically for gamma >= 1; normalise or clamp before making the tensor",
+        "nanguard run --trace <script>  # records every op, so names the one that made it",
+    ]
+    return Diagnosis(Cause.NONFINITE_INPUT, 0.8,
+                     f"a tensor the script built in this step holds {ev.what}", lines, fixes)

@@ -1,0 +1,137 @@
+"""Forwards that build no graph (an RL rollout, an evaluation loop) between optimizer steps: the
+recorder keeps the first, stands aside for the rest, and a failure in the update is still caught
+at its op — and an evaluation under ``torch.inference_mode`` leaves torch's dispatch state sound."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nanguard
+from nanguard import Cause, NonFiniteError
+from nanguard.torch._recorder import RootCall
+
+
+def _policy() -> nn.Module:
+    return nn.Sequential(OrderedDict(fc1=nn.Linear(4, 32), act=nn.Tanh(), fc2=nn.Linear(32, 2)))
+
+
+def _rollout(policy: nn.Module, n: int) -> torch.Tensor:
+    """n environment steps, one small forward each, under no_grad; the observations it saw."""
+    obs, seen = torch.zeros(4), []
+    with torch.no_grad():
+        for _ in range(n):
+            probs = torch.softmax(policy(obs), dim=-1)
+            a = int(torch.multinomial(probs, 1))
+            seen.append(obs)
+            obs = torch.tanh(obs + (0.1 if a else -0.1) + 0.05 * torch.randn(4))
+    return torch.stack(seen)
+
+
+def _update(policy: nn.Module, opt: torch.optim.Optimizer, obs: torch.Tensor,
+            returns: torch.Tensor) -> None:
+    logp = torch.log_softmax(policy(obs), dim=-1)[:, 0]
+    opt.zero_grad()
+    (-(logp * returns).mean()).backward()
+    opt.step()
+
+
+def test_a_rollout_records_one_forward_and_the_update_is_recorded_whole() -> None:
+    torch.manual_seed(0)
+    policy = _policy()
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    with nanguard.attach(policy, opt) as guard:
+        for _ in range(3):
+            obs = _rollout(policy, 50)
+            roots = [e for e in guard.recorder.events if isinstance(e, RootCall)]
+            assert len(roots) == 1 and not roots[0].grad_enabled  # the first of 50, not all
+            _update(policy, opt, obs, torch.randn(len(obs)))
+    assert guard.findings == []
+
+
+def _failing_after_rollout(make_returns_after_forward: bool) -> NonFiniteError:
+    torch.manual_seed(0)
+    policy = _policy()
+    opt = torch.optim.SGD(policy.parameters(), lr=1e-2)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(policy, opt):
+        for it in range(3):
+            obs = _rollout(policy, 40)
+            if make_returns_after_forward:  # the update's forward re-arms the recorder first
+                logp = torch.log_softmax(policy(obs), dim=-1)[:, 0]
+                returns = torch.randn(len(obs))
+                if it == 2:
+                    returns = torch.log(returns - returns)  # log(0): the returns are -inf
+                opt.zero_grad()
+                (-(logp * returns).mean()).backward()
+                opt.step()
+                continue
+            returns = torch.randn(len(obs))
+            if it == 2:
+                returns = torch.log(returns - returns)
+            _update(policy, opt, obs, returns)
+    return info.value
+
+
+def test_a_failure_after_the_update_forward_is_caught_at_its_op() -> None:
+    f = _failing_after_rollout(True).finding
+    assert (f.op, f.phase, f.step) == ("aten.log.default", "forward", 2)
+    assert "returns = torch.log(returns - returns)" in str(f.source_code)
+
+
+def test_a_tensor_built_during_a_rollout_is_not_called_loaded_data() -> None:
+    """Between the rollout's no_grad forwards and the update's forward nothing is recorded (that
+    is what keeps a rollout cheap): the finding says where the tensor entered and that the
+    script built it — not 'clean your data file'."""
+    err = _failing_after_rollout(False)
+    f, d = err.finding, err.diagnosis
+    assert (f.op, f.phase, f.step, f.details["origin"]) == ("input", "data", 2, "unrecorded")
+    assert d is not None and d.cause is Cause.NONFINITE_INPUT
+    assert d.summary.startswith("a tensor the script built in this step holds")
+    assert any("--trace" in fix for fix in d.fixes) and not any("dropna" in fix for fix in d.fixes)
+
+
+def test_a_loaded_batch_after_a_rollout_is_still_data() -> None:
+    torch.manual_seed(0)
+    policy = _policy()
+    opt = torch.optim.SGD(policy.parameters(), lr=1e-2)
+    x = torch.randn(48, 4)
+    x[37, 1] = float("nan")
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, torch.randn(48)), batch_size=16)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(policy, opt):
+        for xb, rb in loader:
+            _rollout(policy, 20)
+            _update(policy, opt, xb, rb)
+    f = info.value.finding
+    assert (f.op, f.phase, f.step, f.details["origin"]) == ("input", "data", 2, "data")
+
+
+def test_an_evaluation_under_inference_mode_leaves_no_stale_dispatch_key() -> None:
+    """inference_mode restores the whole dispatch-key set when it exits: the tape must be
+    on exactly as it was at its entry, or the next factory call meets torch's INTERNAL ASSERT
+    ("Hit Python dispatch key but no arguments had PyInterpreter")."""
+    torch.manual_seed(0)
+    policy = _policy()
+    opt = torch.optim.SGD(policy.parameters(), lr=1e-2)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+
+    @torch.inference_mode()
+    def evaluate() -> float:
+        losses = []
+        for x, y in torch.utils.data.DataLoader(data, batch_size=16):
+            losses.append(F.cross_entropy(policy(x), y).item())
+        return sum(losses) / len(losses)
+
+    with nanguard.attach(policy, opt) as guard:
+        for _ in range(3):
+            x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+            opt.zero_grad()
+            F.cross_entropy(policy(x), y).backward()
+            opt.step()
+            evaluate()
+            evaluate()  # a DataLoader made after the first evaluation: torch.empty inside
+            assert torch.empty(()).shape == ()
+    assert guard.findings == []
