@@ -10,8 +10,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "nanguard"
 
-#: core <- adapters (torch, keras, datascan) <- integrations <- run engine <- cli
-LAYERS = {"core": 0, "torch": 1, "keras": 1, "datascan": 1, "integrations": 2, "runner": 3,
+#: core <- adapters (torch, keras, datascan) <- integrations <- run engine, check engine <- cli
+LAYERS = {"core": 0, "torch": 1, "keras": 1, "datascan": 1, "integrations": 2, "runner": 3, "checker": 3,
           "_run_outputs": 3, "cli": 4}
 #: the package root (lazy public names), its entry point and the demos (code written as a user
 #: would write it, importing the public package) stand outside the layers

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .datascan import scan
     from .torch import locate
     from .torch.guard import Guard, attach
+    from .torch.hazards import check
 
 __all__ = [
     "Cause",
@@ -35,6 +36,7 @@ __all__ = [
     "OpTraits",
     "__version__",
     "attach",
+    "check",
     "diagnose",
     "locate",
     "register_op_traits",
@@ -48,6 +50,9 @@ def __getattr__(name: str) -> Any:
         from .torch import locate
 
         return locate
+    if name == "check":
+        from .torch.hazards import check
+        return check
     if name in ("attach", "Guard"):
         from .torch import guard
 

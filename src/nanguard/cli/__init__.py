@@ -13,6 +13,7 @@ __all__ = ["main"]
 
 #: subcommand -> module in this package
 COMMANDS = {
+    "check": "check",
     "demo": "demo",
     "env": "env",
     "report": "report",

@@ -1,0 +1,223 @@
+"""Latent hazards: unsafe ops that have not made a NaN yet, with their margin to the singularity.
+
+An adapter's check (torch: :class:`nanguard.torch.hazards.HazardMode`) runs the first steps of
+a script and calls :meth:`HazardBook.observe` for every unsafe op whose result reaches the loss
+(grad enabled and an input on the autograd graph; optimizer-phase and ``no_grad`` ops are
+ignored: Adam's ``sqrt`` sees 3e-17 and an accuracy metric divides by 1e-10 every step, and
+neither is a bug). What is kept per op and source line:
+
+* the **margin**, step by step: the smallest input of a ``log`` / ``sqrt`` / ``rsqrt`` / a
+  divisor (distance to the singularity at 0), the e-folds left before an ``exp`` overflows
+  (``ln(max) - max input``), the headroom of a float16/bfloat16 result (``max / max |x|``);
+* the **pattern** it was made by, when a stable form exists: ``log`` of a softmax or a sigmoid
+  (``1 - sigmoid`` can jump from 1.2e-7 to exactly 0), ``log(exp(x) + 1)``, ``sqrt`` of a sum of
+  squares (its gradient is infinite at 0), a hand-written softmax, a division by a sum or a
+  ``rsqrt`` of a variance without ``eps``.
+
+Patterns and margins are judged separately, each with its reason (:func:`assess`): a margin
+within reach of the singularity is ``high`` risk, a pattern with a stable form ``medium``, an
+unsafe op with a wide margin and no pattern ``low`` (listed, not risky). Measured on programs
+with latent bugs (see the issue behind this module): a ``log`` input within 1e-6 of 0 or
+subnormal flagged every real case that later fired; ``exp`` and ``sqrt`` margins did not
+separate bugs from ordinary code, their patterns did — so those two are ranked by pattern, and
+by margin only at the very edge.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["RISKY", "Hazard", "HazardBook", "assess", "hazard_lines"]
+
+#: a log/sqrt/divisor input this close to 0 is one small step from the singularity
+NEAR_ZERO = 1e-6
+#: the smallest normal number of each dtype: below it a value is one underflow from exactly 0
+TINY = {"float16": 6.1e-05, "bfloat16": 1.18e-38, "float32": 1.18e-38, "float64": 2.2e-308}
+MAX = {"float16": 65504.0, "bfloat16": 3.39e38, "float32": 3.40e38, "float64": 1.8e308}
+#: an exp with fewer e-folds than this left before overflow (e^10 ≈ 2e4)
+EXP_EDGE = 10.0
+#: a float16/bfloat16 result within this factor of the dtype's largest value
+HEADROOM_EDGE = 4.0
+HEADROOM_WATCH = 64.0
+#: margins shrinking by this factor or more over the steps checked are "shrinking"
+SHRINK = 10.0
+#: a shrinking margin projected to reach its edge within this many times the steps checked
+PROJECT = 20
+RISKY = ("high", "medium")
+_ORDER = {"high": 0, "medium": 1, "low": 2}
+
+
+@dataclass
+class Hazard:
+    """One unsafe op at one source line, over the steps checked."""
+
+    op: str  # log, sqrt, rsqrt, div, exp, float16 ...
+    kind: str  # "zero" (singularity at 0), "overflow" (exp), "headroom" (low precision)
+    source: str | None
+    source_code: str | None
+    module: str | None
+    dtype: str
+    pattern: str | None = None
+    stable_form: str | None = None
+    margins: dict[int, float] = field(default_factory=dict)  # step -> the step's worst margin
+    calls: int = 0
+    guarded: bool = False  # its input was made with a floor (+ eps, a positive clamp)
+    risk: str = "low"
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def margin(self) -> float:
+        """The worst margin seen over all steps (smallest)."""
+        return min(self.margins.values()) if self.margins else math.inf
+
+    @property
+    def shrink(self) -> float | None:
+        """How many times the margin shrank from the first step checked to the last (``None``
+        with fewer than 3 steps). For ``exp`` the e-folds left; else the value itself."""
+        if len(self.margins) < 3:
+            return None
+        steps = sorted(self.margins)
+        first, last = self.margins[steps[0]], self.margins[steps[-1]]
+        if last <= 0:
+            return math.inf
+        return first / last
+
+    @property
+    def projected(self) -> int | None:
+        """Steps after the last one checked until the margin reaches its edge (1e-6 of 0, or
+        :data:`EXP_EDGE` e-folds), at the rate it shrank over the steps checked (geometric for a
+        distance to 0, linear for e-folds); ``None`` when it is not shrinking."""
+        if len(self.margins) < 3 or self.kind == "headroom":
+            return None
+        steps = sorted(self.margins)
+        first, last, n = self.margins[steps[0]], self.margins[steps[-1]], steps[-1] - steps[0]
+        if self.kind == "overflow":
+            rate = (first - last) / n
+            return math.ceil((last - EXP_EDGE) / rate) if rate > 0 and last > EXP_EDGE else None
+        if not (0 < last < first) or last <= NEAR_ZERO:
+            return None
+        rate = math.log(first / last) / n
+        return math.ceil(math.log(last / NEAR_ZERO) / rate)
+
+    def to_dict(self) -> dict[str, Any]:
+        shrink = self.shrink
+        return {
+            "op": self.op, "kind": self.kind, "risk": self.risk, "source": self.source,
+            "source_code": self.source_code, "module": self.module, "dtype": self.dtype,
+            "pattern": self.pattern, "stable_form": self.stable_form,
+            "margin": _num(self.margin), "first_margin": _num(self.margins[min(self.margins)]) if self.margins
+            else None, "shrink": _num(shrink) if shrink is not None else None,
+            "steps": len(self.margins), "calls": self.calls, "guarded": self.guarded,
+            "projected_steps": self.projected, "reasons": list(self.reasons),
+        }
+
+
+def _num(v: float) -> float | str:
+    return v if math.isfinite(v) else str(v)
+
+
+class HazardBook:
+    """Every hazard seen, keyed by (op, source line, module); filled in by an adapter."""
+
+    def __init__(self) -> None:
+        self.hazards: dict[tuple[str, str | None, str | None], Hazard] = {}
+        self.steps = 0
+
+    def observe(self, op: str, kind: str, margin: float, *, step: int, dtype: str,
+                source: str | None, source_code: str | None, module: str | None,
+                pattern: str | None = None, stable_form: str | None = None,
+                guarded: bool = False) -> None:
+        """An unsafe op ran at ``step`` with this ``margin`` (called by the adapter's mode)."""
+        key = (op, source, module)
+        h = self.hazards.get(key)
+        if h is None:
+            h = self.hazards[key] = Hazard(op, kind, source, source_code, module, dtype)
+        h.calls += 1
+        h.guarded = h.guarded or guarded
+        if pattern and not h.pattern:
+            h.pattern, h.stable_form = pattern, stable_form
+        prev = h.margins.get(step)
+        h.margins[step] = margin if prev is None else min(prev, margin)
+
+    def ranked(self) -> list[Hazard]:
+        """The hazards, assessed and ordered by risk, then by margin."""
+        out = [assess(h) for h in self.hazards.values()]
+        out.sort(key=lambda h: (_ORDER[h.risk], 0 if h.pattern else 1, h.margin))
+        return out
+
+
+def assess(h: Hazard) -> Hazard:
+    """Set ``h.risk`` and ``h.reasons`` from its margin and its pattern, judged separately."""
+    reasons: list[str] = []
+    risk = "low"
+    m = h.margin
+    tiny = TINY.get(h.dtype, 1.18e-38)
+    if h.kind == "zero" and h.guarded and m >= tiny:
+        reasons.append(f"smallest input {m:.3g}, guarded: it was made with a floor (+ eps, a clamp)")
+    elif h.kind == "zero":
+        if m < tiny:
+            risk = "high"
+            reasons.append(f"its input went subnormal ({m:.3g} < {tiny:.3g}): one underflow from exactly 0")
+        elif m < NEAR_ZERO and h.op != "sqrt":
+            risk = "high"
+            reasons.append(f"its input came within {m:.3g} of 0 (< {NEAR_ZERO:g})")
+        else:
+            reasons.append(f"smallest input {m:.3g}")
+    elif h.kind == "overflow":
+        if m < EXP_EDGE:
+            risk = "high"
+            reasons.append(f"{m:.1f} e-folds left before {h.dtype} overflows (< {EXP_EDGE:g})")
+        else:
+            reasons.append(f"{m:.1f} e-folds left before {h.dtype} overflows")
+    else:
+        if m < HEADROOM_EDGE:
+            risk = "high"
+            reasons.append(f"a result within {m:.3g}× of {h.dtype}'s largest value")
+        elif m < HEADROOM_WATCH:
+            risk = "medium"
+            reasons.append(f"a result within {m:.3g}× of {h.dtype}'s largest value "
+                           f"(under {HEADROOM_WATCH:g}×: a few doublings overflow)")
+        else:
+            reasons.append(f"{m:.3g}× below {h.dtype}'s largest value")
+    shrink = h.shrink
+    if shrink is not None and shrink >= SHRINK and h.kind != "overflow":
+        reasons.append(f"the margin shrank ×{shrink:.3g} over {len(h.margins)} steps")
+    elif shrink is not None and h.kind == "overflow" and shrink >= 1.25:
+        reasons.append(f"the e-folds left fell ×{shrink:.3g} over {len(h.margins)} steps")
+    ahead = h.projected
+    checked = max(len(h.margins), 1)
+    if risk == "low" and not h.guarded and ahead is not None and ahead <= PROJECT * checked \
+            and (h.kind == "overflow" or h.op != "sqrt"):
+        risk = "medium"
+        edge = f"{EXP_EDGE:g} e-folds of overflow" if h.kind == "overflow" else f"{NEAR_ZERO:g} of 0"
+        reasons.append(f"at the rate it shrank, it comes within {edge} in ~{ahead} more steps")
+    if h.pattern:
+        reasons.append(f"pattern: {h.pattern}")
+        if risk == "low":
+            risk = "medium"
+    h.risk, h.reasons = risk, reasons
+    return h
+
+
+def hazard_lines(hazards: list[Hazard], steps: int, script: str | None = None) -> list[str]:
+    """The text ``nanguard check`` prints: one block per hazard, risky ones first."""
+    risky = [h for h in hazards if h.risk in RISKY]
+    where = f" of {script}" if script else ""
+    lines = [f"nanguard check: {len(hazards)} unsafe op{'s' if len(hazards) != 1 else ''} on the path "
+             f"to the loss in the first {steps} step{'s' if steps != 1 else ''}{where}; "
+             f"{len(risky)} risky"]
+    for h in hazards:
+        mod = f"  in {h.module}" if h.module else ""
+        lines.append("")
+        lines.append(f"  {h.risk:<6}  {h.op:<8} {h.source or '?'}{mod}")
+        if h.source_code:
+            lines.append(f"          {h.source_code}")
+        for r in h.reasons:
+            lines.append(f"          - {r}")
+        if h.stable_form and h.risk in RISKY:
+            lines.append(f"          use: {h.stable_form}")
+    if not hazards:
+        lines.append("  no log, sqrt, division, exp or low-precision result on the path to the loss")
+    return lines

@@ -1,0 +1,267 @@
+"""The latent-hazard check for PyTorch: ``nanguard.check()`` / ``nanguard check script.py``.
+
+A ``TorchDispatchMode`` that sees every aten op while the check runs (the first ``steps``
+optimizer steps), and for the unsafe ones whose result reaches the loss — grad enabled and an
+input on the autograd graph, outside ``optimizer.step()`` — hands the op's margin to the
+framework-free :class:`~nanguard.core.hazards.HazardBook`: the smallest input of a ``log``,
+``sqrt``, ``rsqrt``, ``reciprocal``, a divisor or a negative power, the e-folds left before an
+``exp`` overflows, the headroom of a float16/bfloat16 result. It also remembers, weakly, which
+op made each tensor (two levels up), so the pattern an op was made by — ``log`` of a softmax,
+``sqrt`` of a sum of squares — is known when it runs.
+
+It costs what a trace costs (a Python call per op and a reduction per unsafe op), so it is a
+check run once over a few steps, not a watch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+from ..core.hazards import MAX, HazardBook
+from ..core.ops import canonical_op
+from ..core.source import user_frame
+from . import _autograd
+from ._modules import ModuleStack
+
+__all__ = ["CheckDone", "HazardCheck", "check"]
+
+#: a producer: (op, producers of its first two tensor inputs), kept four levels deep
+Prod = tuple[str, tuple[Any, ...]]
+
+_LOG = frozenset({"log", "log2", "log10"})
+_ZERO = frozenset({"log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal"})
+_SOFTMAX = frozenset({"_softmax", "softmax"})
+_SUMS = frozenset({"sum", "mean"})
+_SQUARES = frozenset({"pow", "mul", "square"})
+_FLOORS = frozenset({"add", "clamp", "clamp_min"})  # ops that put a floor under a value
+_LOW = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
+          torch.float64: "float64"}
+#: a low-precision result is worth listing only within this factor of the dtype's largest value
+_LIST_HEADROOM = 1024.0
+
+
+class CheckDone(BaseException):
+    """Raised by the step hook after the last step checked (a ``BaseException``: a script's
+    ``except Exception`` does not swallow it)."""
+
+
+def _trunc(p: Prod | None, depth: int) -> Prod | None:
+    if p is None:
+        return None
+    if depth == 0:
+        return (p[0], ())
+    return (p[0], tuple(_trunc(q, depth - 1) for q in p[1]))
+
+
+def _ops(p: Prod | None) -> set[str]:
+    """Every op name in a producer tree."""
+    if p is None:
+        return set()
+    out = {p[0]}
+    for q in p[1]:
+        out |= _ops(q)
+    return out
+
+
+def _parents(p: Prod | None) -> set[str]:
+    return {q[0] for q in p[1] if q is not None} if p is not None else set()
+
+
+def _pattern(op: str, prod: Prod | None, exponent: float | None = None) -> tuple[str, str] | None:
+    """(pattern, stable form) of an unsafe op made from ``prod``, or ``None``."""
+    if prod is None:
+        return None
+    src, parents = prod[0], _parents(prod)
+    if op in _LOG:
+        if src in _SUMS and "exp" in parents:
+            return ("log of a sum of exp", "torch.logsumexp(x, dim)  # minus math.log(n) for a mean")
+        if src in _SOFTMAX:
+            return ("log of a softmax", "torch.log_softmax(logits, dim=-1)  # or F.cross_entropy(logits, y)")
+        if src == "sigmoid":
+            return ("log of a sigmoid", "F.logsigmoid(z)  # or F.binary_cross_entropy_with_logits(z, y)")
+        if src in ("rsub", "sub") and "sigmoid" in parents:
+            return ("log of 1 - sigmoid (1 - sigmoid(z) is exactly 0 once sigmoid rounds to 1)",
+                    "F.logsigmoid(-z)  # log(1 - sigmoid(z)), or F.binary_cross_entropy_with_logits")
+        if src == "div" and "exp" in parents:
+            return ("log of a hand-written softmax", "torch.log_softmax(x, dim=-1)")
+        if src == "add" and "exp" in parents:
+            return ("log(exp(x) + 1)", "F.softplus(x)")
+    if op == "log1p" and src == "exp":
+        return ("log1p(exp(x))", "F.softplus(x)")
+    rooted = op == "sqrt" or (op == "pow" and exponent is not None and 0 < exponent < 1)
+    if rooted and src in _SUMS and parents & _SQUARES:
+        return ("sqrt of a sum of squares (its gradient is infinite where the sum is 0)",
+                "torch.linalg.vector_norm(d, dim=-1)  # or (s + 1e-12).sqrt(), F.pairwise_distance")
+    if op in ("rsqrt", "reciprocal", "div", "pow"):
+        if src in ("var", "var_mean", "std") or (src in _SUMS and parents & _SQUARES and op != "div"):
+            return ("of a variance without eps", "torch.rsqrt(var + 1e-5)  # or nn.LayerNorm / nn.RMSNorm")
+        if src == "sqrt" and parents & {"var", "mean", "sum"}:
+            return ("by a standard deviation without eps", "x / (std + 1e-5)  # or nn.LayerNorm")
+        if op == "div" and src == "sum" and "exp" in parents and not _ops(prod) & {"amax", "max"}:
+            return ("a hand-written softmax (exp / exp.sum): exp overflows for inputs above ~88",
+                    "torch.softmax(x, dim=-1)")
+        if op == "div" and src in _SUMS:
+            return ("division by a sum (a count, a mask's total) that can be 0",
+                    "x / s.clamp_min(1e-8)  # or s + eps; a masked mean: .clamp_min(1) on the count")
+        if op == "div" and src in ("linalg_vector_norm", "norm"):
+            return ("division by a norm that can be 0", "F.normalize(x, dim=-1)")
+    return None
+
+
+def _positive_scalar(args: Any) -> bool:
+    """``x + 1e-8``, ``x.clamp(min=1e-6)``: a positive constant beside the tensor."""
+    return any(isinstance(a, (int, float)) and not isinstance(a, bool) and a > 0 for a in args[1:3])
+
+
+def _guarded(prod: Prod | None) -> bool:
+    """Was the input made with a floor (``+ eps``, a positive ``clamp``)? Its margin is then the
+    floor's, however small: ``log(p + 1e-9)`` is finite for every ``p >= 0``."""
+    return prod is not None and prod[0].endswith("+eps")
+
+
+def _name(dtype: torch.dtype) -> str:
+    return _NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+class HazardMode(TorchDispatchMode):
+    """The check's dispatch mode (pushed for the whole check; see the module docstring)."""
+
+    def __init__(self, book: HazardBook, modules: ModuleStack) -> None:
+        super().__init__()
+        self.book, self.modules = book, modules
+        self.prod: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self.in_optimizer = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.in_optimizer or not torch.is_grad_enabled():
+            return out
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        op = canonical_op(str(func))
+        prods = tuple(self.prod.get(t) for t in tensors[:2])
+        label = op + "+eps" if op in _FLOORS and _positive_scalar(args) else op
+        made = (label, tuple(_trunc(p, 3) for p in prods))  # 4 levels deep: exp(x - max) is seen
+        for o in (out if isinstance(out, (tuple, list)) else (out,)):  # max.dim: (values, indices)
+            if isinstance(o, torch.Tensor):
+                self.prod[o] = made
+        if not any(t.requires_grad for t in tensors):
+            return out  # not on the path to the loss (a metric, a mask, data preparation)
+        try:
+            self._observe(op, args, tensors, prods, out)
+        except RuntimeError:
+            pass  # a tensor that cannot be reduced (meta, sparse): nothing to say
+        return out
+
+    def _observe(self, op: str, args: Any, tensors: list[torch.Tensor], prods: tuple[Any, ...],
+                 out: Any) -> None:
+        x = tensors[0] if tensors else None
+        if x is None or not x.is_floating_point() or x.numel() == 0:
+            return
+        if op in _ZERO:
+            m = _min(x) + (1.0 if op == "log1p" else 0.0)
+            self._add(op, "zero", m, x.dtype, _pattern(op, prods[0]), _guarded(prods[0]))
+        elif op == "div" and len(args) > 1 and isinstance(args[1], torch.Tensor) and args[1].numel():
+            d = args[1]
+            if d.is_floating_point():
+                dp = prods[1] if len(prods) > 1 else None
+                self._add("div", "zero", _min_abs(d), d.dtype, _pattern("div", dp), _guarded(dp))
+        elif op == "pow" and len(args) > 1 and isinstance(args[1], (int, float)) and 0 != args[1] < 1:
+            e = float(args[1])  # x ** 0.5 is a sqrt; x ** -1 a division
+            self._add("sqrt" if e > 0 else "pow", "zero", _min(x) if e > 0 else _min_abs(x), x.dtype,
+                      _pattern("pow", prods[0], e))
+        elif op in ("exp", "expm1"):
+            left = math.log(MAX.get(_name(x.dtype), 3.4e38)) - _max(x)
+            self._add(op, "overflow", left, x.dtype, None)
+        if isinstance(out, torch.Tensor) and out.dtype in _LOW and out.numel():
+            big = float(out.detach().abs().max())
+            if math.isfinite(big) and big > 0:
+                room = MAX[_LOW[out.dtype]] / big
+                if room < _LIST_HEADROOM:
+                    self._add(_LOW[out.dtype], "headroom", room, out.dtype, None)
+
+    def _add(self, op: str, kind: str, margin: float, dtype: torch.dtype,
+             pattern: tuple[str, str] | None, guarded: bool = False) -> None:
+        if not math.isfinite(margin) and kind != "overflow":
+            return  # it already fired (a NaN/Inf input): what nanguard run is for
+        loc = user_frame(3)
+        path, _typ = self.modules.current()
+        self.book.observe(op, kind, margin, step=self.book.steps, dtype=_name(dtype),
+                          source=loc.short if loc else None, source_code=loc.code if loc else None,
+                          module=path or None, pattern=pattern[0] if pattern else None,
+                          stable_form=pattern[1] if pattern else None, guarded=guarded)
+
+
+def _min(x: torch.Tensor) -> float:
+    return float(x.detach().min())
+
+
+def _min_abs(x: torch.Tensor) -> float:
+    return float(x.detach().abs().min())
+
+
+def _max(x: torch.Tensor) -> float:
+    return float(x.detach().max())
+
+
+class HazardCheck:
+    """What :func:`check` yields: the book filling in, and the ranked hazards at the end."""
+
+    def __init__(self, steps: int | None) -> None:
+        self.book = HazardBook()
+        self.limit = steps
+
+    @property
+    def steps(self) -> int:
+        return self.book.steps
+
+    @property
+    def hazards(self) -> list[Any]:
+        """The hazards, assessed and ranked (risky first); read after the ``with`` block."""
+        return self.book.ranked()
+
+
+@contextlib.contextmanager
+def check(steps: int | None = None) -> Iterator[HazardCheck]:
+    """Watch every unsafe op on the path to the loss; stop after ``steps`` optimizer steps.
+
+    Runs around the training loop::
+
+        with nanguard.check(steps=50) as hz:
+            train()                       # stopped after the 50th optimizer.step()
+        for h in hz.hazards: print(h.risk, h.op, h.source, h.reasons)
+
+    When the last step is done, the ``optimizer.step()`` that ended it raises
+    :class:`CheckDone` out of the loop; the ``with`` block takes it back.
+    """
+    hz = HazardCheck(steps)
+    stack = ModuleStack()
+    mode = HazardMode(hz.book, stack)
+
+    def pre(opt: Any, a: Any, k: Any) -> None:
+        mode.in_optimizer += 1
+
+    def post(opt: Any, a: Any, k: Any) -> None:
+        mode.in_optimizer -= 1
+        hz.book.steps += 1
+        if hz.limit is not None and hz.book.steps >= hz.limit:
+            raise CheckDone(f"the {hz.book.steps} steps checked are done")
+
+    handle = _autograd.add_optimizer_listener(pre, post)
+    stack.install()
+    try:
+        with mode:
+            yield hz
+    except CheckDone:
+        pass
+    finally:
+        stack.remove()
+        handle.remove()

@@ -1,0 +1,193 @@
+"""nanguard.check() / nanguard check: unsafe ops on the path to the loss, with their margin and
+pattern, before they make a NaN — and nothing risky on code written the safe way."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nanguard
+from nanguard.core.hazards import Hazard, HazardBook, assess
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _train(loss_fn: LossFn, steps: int = 5, opt_cls: type = torch.optim.SGD, **kw: float) -> list[Hazard]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 4))
+    opt = opt_cls(model.parameters(), lr=kw.get("lr", 0.1))
+    x, y = torch.randn(32, 6), torch.randint(0, 4, (32,))
+    with nanguard.check(steps=steps) as hz:
+        for _ in range(100):  # stopped by the check after `steps` steps
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+    assert hz.steps == steps
+    return hz.hazards
+
+
+def _risky(hazards: list[Hazard]) -> list[Hazard]:
+    return [h for h in hazards if h.risk in ("high", "medium")]
+
+
+def test_log_of_a_softmax_is_found_at_its_line_with_its_stable_form() -> None:
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        p = torch.softmax(out, -1)
+        return -torch.log(p).gather(1, y[:, None]).mean()  # the hazard
+
+    (h,) = _risky(_train(loss))
+    assert (h.op, h.pattern, h.kind) == ("log", "log of a softmax", "zero")
+    assert h.source is not None and h.source.endswith(f"test_hazards.py:{_line('the hazard', 0)}")
+    assert h.stable_form is not None and "log_softmax" in h.stable_form
+    assert len(h.margins) == 5 and 0 < h.margin < 1  # one margin per step, a probability
+
+
+def _line(marker: str, nth: int) -> int:
+    lines = Path(__file__).read_text().splitlines()
+    return [i + 1 for i, s in enumerate(lines) if f"# {marker}" in s][nth]
+
+
+def test_the_safe_forms_leave_nothing_risky() -> None:
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        d = (out[:, :2] - out[:, 2:]).pow(2).sum(-1).add(1e-8).sqrt()  # eps inside the sqrt
+        return F.cross_entropy(out, y) + F.logsigmoid(out[:, 0]).mean() * -0.1 + 0.01 * d.mean()
+
+    assert _risky(_train(loss)) == []
+
+
+def test_sqrt_of_a_sum_of_squares_and_a_hand_written_softmax_are_patterns() -> None:
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        d = ((out[:, :2] - out[:, 2:]) ** 2).sum(-1).sqrt()  # a distance
+        e = torch.exp(out)
+        p = e / e.sum(-1, keepdim=True)  # a softmax
+        return d.mean() * 0.01 + F.nll_loss(torch.log(p + 1e-9), y)
+
+    risky = {(h.op, h.pattern) for h in _risky(_train(loss))}
+    assert ("sqrt", "sqrt of a sum of squares (its gradient is infinite where the sum is 0)") in risky
+    assert any(op == "div" and p is not None and p.startswith("a hand-written softmax") for op, p in risky)
+
+
+def test_a_softmax_that_subtracts_the_max_is_not_a_pattern() -> None:
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        e = torch.exp(out - out.max(-1, keepdim=True).values)
+        return F.nll_loss(torch.log(e / e.sum(-1, keepdim=True) + 1e-9), y)
+
+    assert all(h.pattern is None or "softmax" not in h.pattern for h in _train(loss))
+
+
+def test_optimizer_and_no_grad_ops_are_not_watched() -> None:
+    """Adam's sqrt sees 1e-17 and an accuracy divides by tiny numbers: neither is a hazard."""
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            _ = (out.argmax(-1) == y).float().sum() / torch.tensor(1e-10)  # a metric
+        return F.cross_entropy(out, y)
+
+    hazards = _train(loss, opt_cls=torch.optim.Adam, lr=1e-3)
+    assert hazards == []
+
+
+def test_a_masked_mean_divides_by_a_sum() -> None:
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        mask = (y > 0).float()
+        per = F.cross_entropy(out, y, reduction="none")
+        return (per * mask).sum() / mask.sum()
+
+    (h,) = _risky(_train(loss))
+    assert (h.op, h.risk) == ("div", "medium") and h.pattern is not None and "sum" in h.pattern
+    assert h.margin >= 1  # a count: wide margin, risky by its pattern only
+
+
+def test_float16_headroom_and_exp_edge() -> None:
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        big = (out.half() * 2000.0).float()  # within 64× of float16's 65504 once |out| > 0.5
+        return F.cross_entropy(out, y) + 1e-9 * big.sum() + 1e-30 * torch.exp(out + 80.0).sum()
+
+    by_op = {h.op: h for h in _train(loss)}
+    assert by_op["float16"].kind == "headroom" and by_op["float16"].risk in ("high", "medium")
+    assert by_op["exp"].risk == "high" and by_op["exp"].margin < 10  # e-folds left before overflow
+
+
+def test_assess_judges_margin_and_pattern_separately() -> None:
+    book = HazardBook()
+    for step, m in enumerate([1e-2, 1e-4, 1e-7]):
+        book.observe("log", "zero", m, step=step, dtype="float32", source="t.py:1", source_code=None,
+                     module="head")
+    book.observe("log", "zero", 0.5, step=0, dtype="float32", source="t.py:2", source_code=None,
+                 module=None)
+    near, wide = book.ranked()
+    assert (near.risk, near.source) == ("high", "t.py:1")
+    assert any("shrank ×1e+05" in r for r in near.reasons)
+    assert (wide.risk, wide.source) == ("low", "t.py:2")  # a wide margin, no pattern: listed only
+    sub = assess(Hazard("log", "zero", "t.py:3", None, None, "float32", margins={0: 1e-39}))
+    assert sub.risk == "high" and "subnormal" in sub.reasons[0]
+
+
+LATENT = """
+    import argparse, torch
+    p = argparse.ArgumentParser(); p.add_argument("--steps", type=int, default=500)
+    steps = p.parse_args().steps
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(5, 3))
+    opt = torch.optim.SGD([w], lr=0.1)
+    x, y = torch.randn(64, 5), torch.randint(0, 3, (64,))
+    for step in range(steps):
+        opt.zero_grad()
+        SAFE
+        loss.backward()
+        opt.step()
+    print("trained", step + 1)
+"""
+
+
+@pytest.mark.parametrize("safe", [False, True])
+def test_the_cli_stops_after_n_steps_and_exits_by_risk(tmp_path: Path, safe: bool) -> None:
+    line = ("loss = torch.nn.functional.cross_entropy(x @ w, y)" if safe else
+            "loss = -torch.log(torch.softmax(x @ w, -1)).gather(1, y[:, None]).mean()")
+    (tmp_path / "train.py").write_text(textwrap.dedent(LATENT).replace("SAFE", line))
+    r = subprocess.run([sys.executable, "-m", "nanguard", "check", "--steps", "7", "--json", "hz.json",
+                        "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "trained" not in r.stdout  # stopped after 7 steps, not run to the end
+    log = json.loads((tmp_path / "hz.json").read_text())
+    assert log["steps"] == 7
+    if safe:
+        assert r.returncode == 0 and log["hazards"] == [], r.stderr
+    else:
+        assert r.returncode == 5, r.stderr
+        (h,) = log["hazards"]
+        assert (h["op"], h["source"], h["pattern"]) == ("log", "train.py:11", "log of a softmax")
+        assert "use: torch.log_softmax" in r.stderr
+
+
+def test_a_floor_under_the_input_is_not_a_narrow_margin() -> None:
+    """log(p + 1e-12) is finite for every p >= 0: its margin is the floor's, not a hazard."""
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        p = torch.sigmoid(out * 40.0)  # saturates: p reaches ~1e-17
+        return -torch.log(p + 1e-12).mean() * 1e-3 + F.cross_entropy(out, y)
+
+    (h,) = [h for h in _train(loss) if h.op == "log"]
+    assert h.guarded and h.risk == "low" and h.margin < 1e-6
+    assert "guarded" in h.reasons[0]
+
+
+def test_a_shrinking_margin_is_projected_to_its_edge() -> None:
+    book = HazardBook()
+    for step in range(50):  # ×0.9 a step from 0.5: reaches 1e-6 ~70 steps after the last
+        book.observe("log", "zero", 0.5 * 0.9 ** step, step=step, dtype="float32", source="t.py:1",
+                     source_code=None, module=None)
+        book.observe("exp", "overflow", 80.0 - 0.05 * step, step=step, dtype="float32", source="t.py:2",
+                     source_code=None, module=None)
+    by_op = {h.op: h for h in book.ranked()}
+    log, exp = by_op["log"], by_op["exp"]
+    assert log.risk == "medium" and log.projected is not None and 60 <= log.projected <= 80
+    assert any("in ~" in r for r in log.reasons)
+    # 77.55 e-folds left, falling 0.05 a step: the edge is ~1350 steps away, beyond 20 × 50
+    assert exp.risk == "low" and exp.projected is not None and 1300 < exp.projected < 1400
