@@ -8,6 +8,8 @@ The public surface is small::
         ...
 
     guard = nanguard.attach(model, optimizer)   # watch + replay, on every step
+    with nanguard.check(steps=50) as hz:  # latent hazards: unsafe ops and their margins
+        ...
 
     nanguard.register_op_traits("mylib::safe_log", safe=True)   # what a custom op can do
 """

@@ -1,7 +1,7 @@
 """Per-timestep event segmentation of synthetic two-channel sensor traces with a small
 dilated 1-D conv net, trained with a hand-written class-weighted focal loss (mostly background).
-Latent hazard: FocalLoss.forward applies torch.log(pt) to a softmax probability with no clamp;
-pt only underflows to 0 once a logit gap exceeds ~100, which these small logits never reach."""
+Latent hazard (line 21): FocalLoss.forward applies torch.log(pt) to a softmax probability with no
+clamp; pt only underflows to 0 once a logit gap exceeds ~100, which these small logits never reach."""
 import argparse
 
 import torch

@@ -1,7 +1,7 @@
 """Semi-supervised mean-teacher on a noisy 2-D spiral: a student MLP gets cross-entropy on a few
 labelled points plus a consistency KL towards an EMA teacher on augmented unlabelled points.
-Latent hazard: consistency_kl() takes torch.log of both softmax outputs with no clamp; it would
-give -inf / NaN once a class probability underflows to 0, but the T=2 temperature keeps logits mild."""
+Latent hazard (line 28): consistency_kl() takes torch.log of both softmax outputs with no clamp; a
+class probability underflowing to 0 would give -inf / NaN, but T=2 keeps the logits mild."""
 import argparse
 import copy
 import math

@@ -1,7 +1,7 @@
 """Dual-encoder retrieval: bag-of-tokens query and document towers (EmbeddingBag + MLP) trained
 with an in-batch InfoNCE loss on synthetic (query, document) pairs.
-Latent hazard: cosine_matrix() divides by the product of hand-computed norms with no eps, so a
-zero embedding would give 0/0; the towers end in a biased Linear, so no vector is ever exactly 0."""
+Latent hazard (line 28): cosine_matrix() divides by the product of hand-computed norms with no eps, so
+a zero embedding would give 0/0; the towers end in a biased Linear, so no vector is ever exactly 0."""
 import argparse
 
 import torch

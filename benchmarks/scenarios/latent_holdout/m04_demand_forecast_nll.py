@@ -1,7 +1,7 @@
 """Probabilistic retail-demand forecaster: an MLP over lagged sales and calendar features
 predicts a mean and a softplus variance, trained with a hand-written Gaussian NLL.
-Latent hazard: heteroscedastic_nll() takes torch.log(var) (and divides by var) with no eps/clamp;
-softplus only underflows to 0 for raw < ~-100, far below the raw values reached here."""
+Latent hazard (line 50): heteroscedastic_nll() takes torch.log(var) (and divides by var) with no
+eps/clamp; softplus only underflows to 0 for raw < ~-100, far below the raw values reached here."""
 import argparse
 import math
 

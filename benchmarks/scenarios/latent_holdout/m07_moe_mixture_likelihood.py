@@ -1,7 +1,7 @@
 """Mixture-of-experts classifier on a synthetic 5-class tabular task: a softmax gate mixes four
 expert MLPs and the model is trained on the marginal likelihood sum_k g_k * p_k(y|x).
-Latent hazard: MixtureOfExperts.nll() takes torch.log of the mixed probability with no floor; it
-hits log(0) only if every expert's p(y|x) underflows at once, which never happens in 200 steps."""
+Latent hazard (line 25): MixtureOfExperts.nll() takes torch.log of the mixed probability with no
+floor; log(0) needs every expert's p(y|x) to underflow at once, which never happens here."""
 import argparse
 
 import torch

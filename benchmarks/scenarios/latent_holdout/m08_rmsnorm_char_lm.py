@@ -1,7 +1,7 @@
 """Tiny next-token model on a synthetic order-2 Markov "language": concatenated context
 embeddings go through residual MLP blocks with a hand-written RMSNorm, trained with cross-entropy.
-Latent hazard: RMSNorm.forward divides by torch.sqrt(mean(x**2)) with no eps; an all-zero row would
-give 0/0 and an infinite sqrt gradient, but the pre-norm activations are never exactly zero here."""
+Latent hazard (line 18): RMSNorm.forward divides by torch.sqrt(mean(x**2)) with no eps; an all-zero
+row gives 0/0 and an infinite sqrt grad, but pre-norm rows are never exactly zero."""
 import argparse
 
 import torch

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .diagnosis import Diagnosis
+from .early import EarlyWarning, EarlyWarnings
 from .errors import GiveUpError, NonFiniteError
 from .finding import Finding
 from .history import History
@@ -77,6 +79,12 @@ class Backend(Protocol):
         back, for the run log."""
 
 
+def _print_warning(w: EarlyWarning) -> None:
+    """An early warning, on stderr (a healthy script's stdout and exit status stay its own)."""
+    sys.stdout.flush()
+    print(w.line(), file=sys.stderr)
+
+
 def clip_suggestion(history: History) -> float | None:
     """A clipping threshold from the calm part of the history (``None`` without norms)."""
     from .diagnosis import _clip_threshold
@@ -103,6 +111,7 @@ class StepController:
     scaler_skips: int = 0
     steps_after_raise: int = 0
     judge: OutcomeJudge = field(default_factory=OutcomeJudge)
+    early: EarlyWarnings = field(default_factory=lambda: EarlyWarnings(_print_warning))
     max_escalations: int = 2
     escalations: int = 0
     _backend: Backend | None = field(default=None, repr=False)
@@ -121,6 +130,8 @@ class StepController:
         (``recover``) before the run is said not to have come back."""
         if self.raised:
             self.steps_after_raise += 1
+        if len(self.history):
+            self.early.observe(self.history)
         if not self.judge.judging or not len(self.history):
             return
         decided = self.judge.observe(self.history[-1])

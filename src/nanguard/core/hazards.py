@@ -64,6 +64,7 @@ class Hazard:
     margins: dict[int, float] = field(default_factory=dict)  # step -> the step's worst margin
     calls: int = 0
     guarded: bool = False  # its input was made with a floor (+ eps, a positive clamp)
+    pattern_edge: float | None = None  # the pattern is risky at or below this margin (None: always)
     risk: str = "low"
     reasons: list[str] = field(default_factory=list)
 
@@ -72,14 +73,25 @@ class Hazard:
         """The worst margin seen over all steps (smallest)."""
         return min(self.margins.values()) if self.margins else math.inf
 
-    @property
-    def shrink(self) -> float | None:
-        """How many times the margin shrank from the first step checked to the last (``None``
-        with fewer than 3 steps). For ``exp`` the e-folds left; else the value itself."""
-        if len(self.margins) < 3:
+    def _thirds(self) -> tuple[float, float, float] | None:
+        """(median margin of the first third of the steps, of the last third, steps between
+        their middles): a trend that one noisy step (a batch's smallest count) does not make."""
+        if len(self.margins) < 6:
             return None
         steps = sorted(self.margins)
-        first, last = self.margins[steps[0]], self.margins[steps[-1]]
+        k = len(steps) // 3
+        first = sorted(self.margins[s] for s in steps[:k])[k // 2]
+        last = sorted(self.margins[s] for s in steps[-k:])[k // 2]
+        return first, last, max(steps[-k:][k // 2] - steps[:k][k // 2], 1)
+
+    @property
+    def shrink(self) -> float | None:
+        """How many times the margin shrank from the first third of the steps checked to the
+        last (medians; ``None`` with fewer than 6 steps). For ``exp`` the e-folds left."""
+        t = self._thirds()
+        if t is None:
+            return None
+        first, last, _ = t
         if last <= 0:
             return math.inf
         return first / last
@@ -89,10 +101,10 @@ class Hazard:
         """Steps after the last one checked until the margin reaches its edge (1e-6 of 0, or
         :data:`EXP_EDGE` e-folds), at the rate it shrank over the steps checked (geometric for a
         distance to 0, linear for e-folds); ``None`` when it is not shrinking."""
-        if len(self.margins) < 3 or self.kind == "headroom":
+        t = self._thirds()
+        if t is None or self.kind == "headroom":
             return None
-        steps = sorted(self.margins)
-        first, last, n = self.margins[steps[0]], self.margins[steps[-1]], steps[-1] - steps[0]
+        first, last, n = t
         if self.kind == "overflow":
             rate = (first - last) / n
             return math.ceil((last - EXP_EDGE) / rate) if rate > 0 and last > EXP_EDGE else None
@@ -118,18 +130,22 @@ def _num(v: float) -> float | str:
     return v if math.isfinite(v) else str(v)
 
 
+Key = tuple[str, str | None, str | None]  # (op, source line, module)
+
+
 class HazardBook:
     """Every hazard seen, keyed by (op, source line, module); filled in by an adapter."""
 
     def __init__(self) -> None:
-        self.hazards: dict[tuple[str, str | None, str | None], Hazard] = {}
+        self.hazards: dict[Key, Hazard] = {}
         self.steps = 0
 
     def observe(self, op: str, kind: str, margin: float, *, step: int, dtype: str,
                 source: str | None, source_code: str | None, module: str | None,
                 pattern: str | None = None, stable_form: str | None = None,
-                guarded: bool = False) -> None:
-        """An unsafe op ran at ``step`` with this ``margin`` (called by the adapter's mode)."""
+                guarded: bool = False, pattern_edge: float | None = None) -> Key:
+        """An unsafe op ran at ``step`` with this ``margin`` (called by the adapter's mode);
+        the hazard's key."""
         key = (op, source, module)
         h = self.hazards.get(key)
         if h is None:
@@ -137,9 +153,17 @@ class HazardBook:
         h.calls += 1
         h.guarded = h.guarded or guarded
         if pattern and not h.pattern:
-            h.pattern, h.stable_form = pattern, stable_form
+            h.pattern, h.stable_form, h.pattern_edge = pattern, stable_form, pattern_edge
         prev = h.margins.get(step)
         h.margins[step] = margin if prev is None else min(prev, margin)
+        return key
+
+    def set_pattern(self, key: Key, pattern: str, stable_form: str) -> None:
+        """A pattern found later, at a consumer (a hand-written softmax, seen at its division,
+        is the ``exp``'s hazard)."""
+        h = self.hazards.get(key)
+        if h is not None and not h.pattern:
+            h.pattern, h.stable_form = pattern, stable_form
 
     def ranked(self) -> list[Hazard]:
         """The hazards, assessed and ordered by risk, then by margin."""
@@ -188,15 +212,22 @@ def assess(h: Hazard) -> Hazard:
         reasons.append(f"the e-folds left fell ×{shrink:.3g} over {len(h.margins)} steps")
     ahead = h.projected
     checked = max(len(h.margins), 1)
-    if risk == "low" and not h.guarded and ahead is not None and ahead <= PROJECT * checked \
-            and (h.kind == "overflow" or h.op != "sqrt"):
-        risk = "medium"
+    # a trend ranks a log or a divisor, not an exp or a sqrt: their margins did not tell bugs
+    # from ordinary code on real programs (their patterns did); it is still reported
+    trend_ranks = h.kind == "zero" and h.op != "sqrt" and not h.guarded
+    if ahead is not None and ahead <= PROJECT * checked:
         edge = f"{EXP_EDGE:g} e-folds of overflow" if h.kind == "overflow" else f"{NEAR_ZERO:g} of 0"
         reasons.append(f"at the rate it shrank, it comes within {edge} in ~{ahead} more steps")
-    if h.pattern:
-        reasons.append(f"pattern: {h.pattern}")
-        if risk == "low":
+        if risk == "low" and trend_ranks:
             risk = "medium"
+    if h.pattern:
+        p_edge = h.pattern_edge
+        if p_edge is None or m <= p_edge:
+            reasons.append(f"pattern: {h.pattern}")
+            if risk == "low":
+                risk = "medium"
+        else:
+            reasons.append(f"pattern: {h.pattern} — the smallest value {m:.3g} is still wide")
     h.risk, h.reasons = risk, reasons
     return h
 

@@ -6,6 +6,7 @@ numbers to the host anyway), so keeping it costs no extra synchronisation.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from collections.abc import Iterator
@@ -126,6 +127,10 @@ class History:
 
     def __getitem__(self, i: int) -> StepRecord:
         return self._records[i]
+
+    def newest(self, limit: int) -> Iterator[StepRecord]:
+        """The newest ``limit`` records, newest first (without copying the history)."""
+        return itertools.islice(reversed(self._records), limit)
 
     def last(self, n: int) -> list[StepRecord]:
         return list(self._records)[-n:] if n > 0 else []

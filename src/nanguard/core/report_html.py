@@ -43,6 +43,7 @@ _HEALTHY_RATIO = 1e-3
 
 _C_FAIL = "#d62728"
 _C_SKIP = "#ff7f0e"
+_C_WARN = "#b8860b"
 _C_ROLLBACK = "#7b4fc9"
 _C_LINE = "#1f77b4"
 
@@ -70,6 +71,7 @@ class _Marks:
     first_bad: int | None = None
     skips: list[tuple[int, str]] = field(default_factory=list)  # (step, kind)
     rollbacks: list[tuple[int, int | None]] = field(default_factory=list)  # (step, restored to)
+    warnings: list[tuple[int, str]] = field(default_factory=list)  # (step, kind): early warnings
 
 
 @dataclass
@@ -115,6 +117,8 @@ def _marks(doc: Mapping[str, Any]) -> _Marks:
     ev = [int(e["step"]) for e in doc.get("events", []) if e.get("step") is not None]
     cands = bad + ev
     m.first_bad = min(cands) if cands else None
+    m.warnings = [(int(w["step"]), str(w.get("kind"))) for w in doc.get("warnings") or []
+                  if isinstance(w, Mapping) and isinstance(w.get("step"), int)]
     seen: set[int] = set()
     for rec in doc.get("recoveries", []):
         step = rec.get("step")
@@ -164,6 +168,10 @@ def _mark_axes(ax: Axes, marks: _Marks, lo: float, hi: float) -> None:
         label = "rollback" + (f" (to step {restored})" if restored is not None else "")
         ax.axvline(step, color=_C_ROLLBACK, ls="--", lw=1.3, zorder=1, label=label if first else "_")
         first = False
+    for i, (step, kind) in enumerate(marks.warnings):
+        if inside(step):
+            ax.axvline(step, color=_C_WARN, ls="-.", lw=1.2, zorder=1,
+                       label=f"early warning: {kind} (step {step})" if i < 2 else "_")
     first = True
     for step, kind in marks.skips:
         if not inside(step):
@@ -468,6 +476,21 @@ def _finding_html(ev: Mapping[str, Any], idx: int) -> str:
     return "\n".join(parts)
 
 
+def _warnings_html(warnings: Sequence[Mapping[str, Any]]) -> str:
+    """The early warnings, each with its step, evidence and projected overflow step."""
+    if not warnings:
+        return ""
+    items = []
+    for w in warnings:
+        ahead = w.get("projected_step")
+        when = f" — float32 overflows at step ~{_e(ahead)} at this rate" if ahead is not None else ""
+        ev = "".join(f"<li>{_e(x)}</li>" for x in w.get("evidence") or [])
+        items.append(f"<li><b>step {_e(w.get('step'))}</b> <code>{_e(w.get('kind'))}</code>: "
+                     f"{_e(w.get('message'))}{when}<ul>{ev}</ul></li>")
+    return ("<section class='card' id='warnings'><h2>Early warnings</h2><ul>"
+            + "".join(items) + "</ul></section>")
+
+
 def _recoveries_html(recs: Sequence[Mapping[str, Any]]) -> str:
     if not recs:
         return ""
@@ -669,6 +692,7 @@ def render_report(log: RunLog | Mapping[str, Any]) -> str:
         body.append(f"<section class='card' id='error'><h2>Error</h2><pre>{_e(doc['error'])}</pre>"
                     "</section>")
 
+    body.append(_warnings_html(doc.get("warnings") or []))
     body.append(_plots_html(doc))
     body.append(_recoveries_html(recs))
     body.append(_later_events_html(events))

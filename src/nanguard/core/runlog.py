@@ -93,6 +93,7 @@ class RunLog:
     started: float | None = None
     duration_s: float | None = None
     outcome: dict[str, Any] | None = None  # the judged outcome of the recoveries (core.outcome)
+    warnings: list[dict[str, Any]] = field(default_factory=list)  # early warnings (core.early)
     rank: int | None = None  # under torchrun: this process's rank ...
     world_size: int | None = None  # ... of this many
 
@@ -112,6 +113,7 @@ class RunLog:
             "events": [event_dict(f, d) for f, d in self.events],
             "recoveries": _json_safe(self.recoveries),
             "outcome": _json_safe(self.outcome),
+            "warnings": _json_safe(self.warnings),
             "error": self.error,
             "notes": list(self.notes),
             "history": self.history.to_list() if self.history is not None else [],
@@ -156,6 +158,7 @@ _TOP: dict[str, tuple[type, ...]] = {
     "status": (str,), "steps": (int,), "script": _STR, "argv": (list,), "exit_code": _OPT_INT,
     "framework": _STR, "duration_s": _OPT_NUM, "events": (list,), "recoveries": (list,),
     "error": _STR, "notes": (list,), "history": (list,), "outcome": (dict, type(None)),
+    "warnings": (list,),
 }
 _EVENT: dict[str, tuple[type, ...]] = {
     "step": _OPT_INT, "phase": (str,), "op": _STR, "grad_fn": _STR, "module": _STR,

@@ -39,6 +39,12 @@ class GuardSession:
     def recoveries(self) -> list[dict[str, Any]]:
         return list(self.guard.recoveries)
 
+    def warnings(self) -> list[dict[str, Any]]:
+        """The early warnings the run raised before any NaN (``core.early``)."""
+        controller = getattr(self.guard, "controller", None)
+        early = getattr(controller, "early", None)
+        return [w.to_dict() for w in early.warnings] if early is not None else []
+
     def outcome(self) -> dict[str, Any] | None:
         """The judged outcome of the guard's recoveries, decided now that the script ended
         (``None``: the policy never acted on a non-finite step)."""

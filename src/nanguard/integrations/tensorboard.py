@@ -139,6 +139,9 @@ class TensorBoardLogger:
         for r in log.recoveries:
             self.writer.add_text("nanguard/recovery", f"step {r.get('step')}: {r.get('description')} "
                                  f"({r.get('reason')})", int(r.get("step") or 0))
+        for w in getattr(log, "warnings", None) or []:
+            self.writer.add_text("nanguard/warning", f"{w.get('kind')}: {w.get('message')}",
+                                 int(w.get("step") or 0))
         self.writer.add_text("nanguard/status", str(log.status), log.steps)
 
     def close(self, log: Any = None) -> None:

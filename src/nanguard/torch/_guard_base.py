@@ -80,6 +80,7 @@ class GuardBase:
     _last_update_step: int
     _weights_ok: bool | None
     _bad_from_start: set[str]
+    _dtype_of: Any = None  # the optimizer whose weights' dtype was last looked at
     _defer: bool | None  # the deferred watch (no host sync per step; ``_deferred``), decided once
     _inflight: Any
     _mask: Any
@@ -185,6 +186,13 @@ class GuardBase:
         if bad and self._updated:
             self.violations.append({"step": self.step - 1, "tensors": bad[:8]})
 
+    def _note_dtype(self, opt: torch.optim.Optimizer | None) -> None:
+        """Once per optimizer: are its weights float16? (the early warnings' headroom rule)"""
+        self._dtype_of = opt
+        params = [p for g in opt.param_groups for p in g["params"]] if opt is not None else self.watch.params()
+        if any(p.dtype == torch.float16 for p in params):
+            self.controller.early.low_max = 65504.0
+
     def _record(self, g: NormCheck | None, p: NormCheck | None, opt: torch.optim.Optimizer | None,
                 finite: bool | None = None) -> None:
         opt = opt if opt is not None else self.watch.primary
@@ -219,6 +227,8 @@ class GuardBase:
             rec.layer_values = g.per_tensor
             rec.layer_names = self.watch.layer_names(g.index)
         self.history.append(rec)
+        if rec.step == 0 or (opt is not None and opt is not self._dtype_of):
+            self._note_dtype(opt)
 
     def _end_step(self) -> None:
         self.step += 1

@@ -164,6 +164,8 @@ class OptimizerHooks(GuardBase):
         self._weights_ok = pchk.finite
         if len(self.history) and self._updated:
             self.history[-1].param_norm = param_norm(pchk, wnames)
+            if pchk.finite:
+                self.controller.early.observe(self.history)  # the weight rules, a step sooner
         if pchk.finite or self._deferred is not None:
             return
         if self._updated:

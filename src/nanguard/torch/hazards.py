@@ -40,6 +40,16 @@ _ZERO = frozenset({"log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal
 _SOFTMAX = frozenset({"_softmax", "softmax"})
 _SUMS = frozenset({"sum", "mean"})
 _SQUARES = frozenset({"pow", "mul", "square"})
+#: ops that move or select values without changing them: a producer is seen through them
+#: (``log(softmax(x).gather(1, y))`` is a log of a softmax)
+_PASS = frozenset({
+    "view", "_unsafe_view", "reshape", "squeeze", "unsqueeze", "expand", "permute", "transpose", "t",
+    "clone", "contiguous", "_to_copy", "alias", "detach", "gather", "index", "index_select", "select",
+    "slice", "narrow", "take_along_dim", "flatten", "unflatten", "split", "split_with_sizes", "chunk",
+    "unbind", "masked_select", "repeat", "lift_fresh",
+})
+_NORMS = frozenset({"linalg_vector_norm", "norm"})
+_PROBS = frozenset({"_softmax", "softmax", "exp", "sigmoid"})
 _FLOORS = frozenset({"add", "clamp", "clamp_min"})  # ops that put a floor under a value
 _LOW = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
@@ -75,14 +85,32 @@ def _parents(p: Prod | None) -> set[str]:
     return {q[0] for q in p[1] if q is not None} if p is not None else set()
 
 
-def _pattern(op: str, prod: Prod | None, exponent: float | None = None) -> tuple[str, str] | None:
-    """(pattern, stable form) of an unsafe op made from ``prod``, or ``None``."""
+#: (pattern, stable form, edge): the pattern is risky when the margin is at or below ``edge``
+#: (``None``: whatever the margin)
+Pattern = tuple[str, str, float | None]
+
+
+def _pattern(op: str, prod: Prod | None, exponent: float | None = None) -> Pattern | None:
+    """The pattern an unsafe op was made by (see :data:`Pattern`), or ``None``."""
+    found = _match(op, prod, exponent)
+    if found is None:
+        return None
+    if found[0].startswith("division by a sum"):
+        # a count or a total: risky once it has come down to 1 (one masked element from 0)
+        return (found[0], found[1], 1.0)
+    return (found[0], found[1], None)
+
+
+def _match(op: str, prod: Prod | None, exponent: float | None) -> tuple[str, str] | None:
     if prod is None:
         return None
     src, parents = prod[0], _parents(prod)
     if op in _LOG:
         if src in _SUMS and "exp" in parents:
             return ("log of a sum of exp", "torch.logsumexp(x, dim)  # minus math.log(n) for a mean")
+        if src in _SUMS and "mul" in parents and _ops(prod) & _PROBS:
+            return ("log of a sum of products of probabilities (a mixture)",
+                    "torch.logsumexp(log_weights + log_probs, dim=-1)")
         if src in _SOFTMAX:
             return ("log of a softmax", "torch.log_softmax(logits, dim=-1)  # or F.cross_entropy(logits, y)")
         if src == "sigmoid":
@@ -92,7 +120,7 @@ def _pattern(op: str, prod: Prod | None, exponent: float | None = None) -> tuple
                     "F.logsigmoid(-z)  # log(1 - sigmoid(z)), or F.binary_cross_entropy_with_logits")
         if src == "div" and "exp" in parents:
             return ("log of a hand-written softmax", "torch.log_softmax(x, dim=-1)")
-        if src == "add" and "exp" in parents:
+        if src in ("add", "add+eps") and "exp" in parents:  # + 1 floors the log; the exp overflows
             return ("log(exp(x) + 1)", "F.softplus(x)")
     if op == "log1p" and src == "exp":
         return ("log1p(exp(x))", "F.softplus(x)")
@@ -111,8 +139,9 @@ def _pattern(op: str, prod: Prod | None, exponent: float | None = None) -> tuple
         if op == "div" and src in _SUMS:
             return ("division by a sum (a count, a mask's total) that can be 0",
                     "x / s.clamp_min(1e-8)  # or s + eps; a masked mean: .clamp_min(1) on the count")
-        if op == "div" and src in ("linalg_vector_norm", "norm"):
-            return ("division by a norm that can be 0", "F.normalize(x, dim=-1)")
+        if op == "div" and (src in _NORMS or (src == "mul" and parents & _NORMS)):
+            return ("division by a norm that can be 0",
+                    "F.normalize(x, dim=-1)  # or F.cosine_similarity(a, b, dim=-1, eps=1e-8)")
     return None
 
 
@@ -138,28 +167,39 @@ class HazardMode(TorchDispatchMode):
         super().__init__()
         self.book, self.modules = book, modules
         self.prod: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self.exp_keys: WeakIdKeyDictionary = WeakIdKeyDictionary()  # exp output -> its hazard
         self.in_optimizer = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if self.in_optimizer or not torch.is_grad_enabled():
+        if self.in_optimizer:
             return out
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         op = canonical_op(str(func))
         prods = tuple(self.prod.get(t) for t in tensors[:2])
-        label = op + "+eps" if op in _FLOORS and _positive_scalar(args) else op
-        made = (label, tuple(_trunc(p, 3) for p in prods))  # 4 levels deep: exp(x - max) is seen
-        for o in (out if isinstance(out, (tuple, list)) else (out,)):  # max.dim: (values, indices)
-            if isinstance(o, torch.Tensor):
-                self.prod[o] = made
-        if not any(t.requires_grad for t in tensors):
+        self._made(op, args, prods, out)  # also under no_grad: gaussian_nll_loss clamps var there
+        if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
             return out  # not on the path to the loss (a metric, a mask, data preparation)
         try:
             self._observe(op, args, tensors, prods, out)
         except RuntimeError:
             pass  # a tensor that cannot be reduced (meta, sparse): nothing to say
         return out
+
+    def _made(self, op: str, args: Any, prods: tuple[Any, ...], out: Any) -> None:
+        """Remember which op made each output (through ops that only move values)."""
+        if op in _PASS:
+            if prods and prods[0] is not None:
+                made = prods[0]
+            else:
+                return
+        else:
+            label = op + "+eps" if op in _FLOORS and _positive_scalar(args) else op
+            made = (label, tuple(_trunc(p, 3) for p in prods))  # 4 levels: exp(x - max) is seen
+        for o in (out if isinstance(out, (tuple, list)) else (out,)):  # max.dim: (values, indices)
+            if isinstance(o, torch.Tensor):
+                self.prod[o] = made
 
     def _observe(self, op: str, args: Any, tensors: list[torch.Tensor], prods: tuple[Any, ...],
                  out: Any) -> None:
@@ -173,14 +213,21 @@ class HazardMode(TorchDispatchMode):
             d = args[1]
             if d.is_floating_point():
                 dp = prods[1] if len(prods) > 1 else None
-                self._add("div", "zero", _min_abs(d), d.dtype, _pattern("div", dp), _guarded(dp))
+                pat = _pattern("div", dp)
+                exp_key = self.exp_keys.get(x) if pat and pat[0].startswith("a hand-written softmax") else None
+                if exp_key is not None and pat is not None:  # the exp that overflows is the hazard
+                    self.book.set_pattern(exp_key, pat[0], pat[1])
+                    pat = None
+                self._add("div", "zero", _min_abs(d), d.dtype, pat, _guarded(dp))
         elif op == "pow" and len(args) > 1 and isinstance(args[1], (int, float)) and 0 != args[1] < 1:
             e = float(args[1])  # x ** 0.5 is a sqrt; x ** -1 a division
             self._add("sqrt" if e > 0 else "pow", "zero", _min(x) if e > 0 else _min_abs(x), x.dtype,
                       _pattern("pow", prods[0], e))
         elif op in ("exp", "expm1"):
             left = math.log(MAX.get(_name(x.dtype), 3.4e38)) - _max(x)
-            self._add(op, "overflow", left, x.dtype, None)
+            key = self._add(op, "overflow", left, x.dtype, None)
+            if isinstance(out, torch.Tensor) and key is not None:
+                self.exp_keys[out] = key
         if isinstance(out, torch.Tensor) and out.dtype in _LOW and out.numel():
             big = float(out.detach().abs().max())
             if math.isfinite(big) and big > 0:
@@ -189,15 +236,17 @@ class HazardMode(TorchDispatchMode):
                     self._add(_LOW[out.dtype], "headroom", room, out.dtype, None)
 
     def _add(self, op: str, kind: str, margin: float, dtype: torch.dtype,
-             pattern: tuple[str, str] | None, guarded: bool = False) -> None:
+             pattern: Pattern | None, guarded: bool = False) -> Any:
+        """Hand one observation to the book; its key there (``None``: nothing recorded)."""
         if not math.isfinite(margin) and kind != "overflow":
-            return  # it already fired (a NaN/Inf input): what nanguard run is for
+            return None  # it already fired (a NaN/Inf input): what nanguard run is for
         loc = user_frame(3)
         path, _typ = self.modules.current()
-        self.book.observe(op, kind, margin, step=self.book.steps, dtype=_name(dtype),
-                          source=loc.short if loc else None, source_code=loc.code if loc else None,
-                          module=path or None, pattern=pattern[0] if pattern else None,
-                          stable_form=pattern[1] if pattern else None, guarded=guarded)
+        return self.book.observe(op, kind, margin, step=self.book.steps, dtype=_name(dtype),
+                                 source=loc.short if loc else None, source_code=loc.code if loc else None,
+                                 module=path or None, pattern=pattern[0] if pattern else None,
+                                 stable_form=pattern[1] if pattern else None, guarded=guarded,
+                                 pattern_edge=pattern[2] if pattern else None)
 
 
 def _min(x: torch.Tensor) -> float:

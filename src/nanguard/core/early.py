@@ -1,0 +1,213 @@
+"""Early warnings: a healthy run on a path to overflow, said before its first NaN.
+
+Read after every step's history record (:meth:`~nanguard.core.controller.StepController.
+step_ended`), from the scalars the watch keeps anyway — the loss, the gradient norm from before
+the script's own clipping, the update/weight ratio, the weight norm — over the last few healthy
+steps of the same optimizer. Nothing is measured for it: on a healthy step it costs a few
+comparisons of numbers already in the history.
+
+A warning needs growth that is both **fast and sustained**, the signature of divergence rather
+than of a spike (an edge-of-stability run's loss jumps and comes back within a step or two):
+
+* ``weights-growing`` — the weight norm grew ×1.25 or more at each of the last 3 steps, or ×3
+  over two such steps, or ×4 in one (a healthy run's weights move by a fraction of a percent);
+* ``gradients-growing`` — the gradient norm grew ×1.5 or more at each of the last 4 steps and
+  ×10 or more over them;
+* ``updates-too-large`` — the update/weight ratio was 0.5 or more at each of the last 3 steps
+  (healthy ≈ 1e-3: each update rewrites half the weights);
+* ``loss-diverging`` — the loss grew at each of the last 4 steps, ×10 or more over them, to
+  above every loss of the 50 healthy steps before;
+* ``low-precision-headroom`` — in a float16 model, the loss or the gradient norm came within ×4
+  of float16's largest value (65504): the adapter says which dtype the weights are in.
+
+Each comes with its evidence and, for a geometric growth, the step float32 overflows at if the
+rate holds. A kind is warned about once per run (a recovery resets nothing); printing is the
+caller's (``nanguard run`` and ``attach`` print on stderr; the run log lists them all).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .history import History, StepRecord
+
+__all__ = ["KINDS", "EarlyWarning", "EarlyWarnings"]
+
+KINDS = ("weights-growing", "gradients-growing", "updates-too-large", "loss-diverging",
+         "low-precision-headroom")
+FLOAT32_MAX = 3.4e38
+#: the weight norm grew ×1.25 or more at each of the last k steps and this much over them
+WEIGHT_GROWTH, WEIGHT_TOTAL = 1.25, {1: 4.0, 2: 3.0, 3: 1.25 ** 3}
+HEADROOM = 4.0  # a float16 loss or gradient norm within this factor of 65504
+GRAD_GROWTH, GRAD_STEPS, GRAD_TOTAL = 1.5, 4, 10.0
+RATIO_HIGH, RATIO_STEPS = 0.5, 3
+LOSS_STEPS, LOSS_TOTAL, LOSS_CONTEXT = 4, 10.0, 50
+
+
+@dataclass
+class EarlyWarning:
+    """One warning: the step it was raised at, its kind, a sentence and its numbers."""
+
+    step: int
+    kind: str
+    message: str
+    evidence: list[str] = field(default_factory=list)
+    projected_step: int | None = None  # where float32 overflows if the growth holds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "kind": self.kind, "message": self.message,
+                "evidence": list(self.evidence), "projected_step": self.projected_step}
+
+    def line(self) -> str:
+        """The line printed on stderr."""
+        when = f"; at this rate float32 overflows at step ~{self.projected_step}" \
+            if self.projected_step is not None else ""
+        return f"nanguard: warning at step {self.step} ({self.kind}): {self.message}{when}"
+
+
+def _recent(history: History, n: int) -> list[StepRecord]:
+    """The newest ``n`` healthy records of the newest record's optimizer, oldest first."""
+    newest = history[-1]
+    out: list[StepRecord] = []
+    for rec in history.newest(4 * n + 8):
+        if rec.optimizer == newest.optimizer and rec.finite and not rec.skipped:
+            out.append(rec)
+            if len(out) == n:
+                break
+    return out[::-1]
+
+
+def _known(recs: list[StepRecord], name: str) -> list[StepRecord]:
+    """``recs`` without a newest record whose ``name`` is not known yet (under ``raise`` the
+    weights an update left are read with the next step's check, and filled in then)."""
+    while recs and getattr(recs[-1], name) is None:
+        recs = recs[:-1]
+    return recs
+
+
+def _values(recs: Sequence[StepRecord], name: str) -> list[float] | None:
+    vals = [getattr(r, name) for r in recs]
+    if any(v is None or not math.isfinite(v) or v <= 0 for v in vals):
+        return None
+    return [float(v) for v in vals]
+
+
+def _ratios(vals: list[float]) -> list[float]:
+    return [b / a for a, b in itertools.pairwise(vals)]
+
+
+def _overflow_step(step: int, value: float, rate: float, power: float = 1.0) -> int | None:
+    """The step ``value`` growing ×``rate`` a step reaches float32's largest value; ``power``:
+    what overflows grows as ``value ** power`` (a loss quadratic in the weights)."""
+    if rate <= 1.0 or value <= 0:
+        return None
+    return step + max(1, math.ceil(math.log(FLOAT32_MAX / value) / (power * math.log(rate))))
+
+
+class EarlyWarnings:
+    """The warnings of one run, read from its history after each step."""
+
+    def __init__(self, on_warning: Callable[[EarlyWarning], None] | None = None) -> None:
+        self.warnings: list[EarlyWarning] = []
+        #: the largest value of the weights' dtype when it is a low-precision one (float16:
+        #: 65504), set by the adapter; ``None`` for float32 and wider
+        self.low_max: float | None = None
+        self.low_dtype = "float16"
+        self.on_warning = on_warning
+        self._said: set[str] = set()
+
+    def observe(self, history: History) -> list[EarlyWarning]:
+        """After the step's record: the warnings it raised (each kind once per run)."""
+        if not len(history) or not history[-1].finite or len(self._said) == len(KINDS):
+            return []
+        recs = _recent(history, LOSS_STEPS + 1)
+        new = [w for w in (self._weights(recs), self._gradients(recs), self._updates(recs),
+                           self._loss(history, recs), self._headroom(recs))
+               if w is not None and w.kind not in self._said]
+        for w in new:
+            self._said.add(w.kind)
+            self.warnings.append(w)
+            if self.on_warning is not None:
+                self.on_warning(w)
+        return new
+
+    # --- the rules -------------------------------------------------------------------------------
+    def _weights(self, recs: list[StepRecord]) -> EarlyWarning | None:
+        recs = _known(recs, "param_norm")
+        for k, total in WEIGHT_TOTAL.items():
+            tail = recs[-(k + 1):]
+            vals = _values(tail, "param_norm") if len(tail) == k + 1 else None
+            if vals is not None and min(_ratios(vals)) >= WEIGHT_GROWTH and vals[-1] / vals[0] >= total:
+                return self._weights_warning(tail, vals, k)
+        return None
+
+    def _weights_warning(self, tail: list[StepRecord], vals: list[float], k: int) -> EarlyWarning:
+        rate = (vals[-1] / vals[0]) ** (1 / k)
+        step = tail[-1].step
+        run = f"a step for {k} steps" if k > 1 else "in one step"
+        return EarlyWarning(step, "weights-growing",
+                            f"the weight norm grew ×{rate:.3g} {run} ({vals[0]:.3g} → {vals[-1]:.3g})",
+                            [f"|w| at steps {tail[0].step}–{step}: " + ", ".join(f"{v:.3g}" for v in vals)],
+                            _overflow_step(step, vals[-1], rate))
+
+    def _gradients(self, recs: list[StepRecord]) -> EarlyWarning | None:
+        tail = recs[-(GRAD_STEPS + 1):]
+        vals = _values(tail, "grad_norm") if len(tail) == GRAD_STEPS + 1 else None
+        if vals is None or min(_ratios(vals)) < GRAD_GROWTH or vals[-1] / vals[0] < GRAD_TOTAL:
+            return None
+        rate = (vals[-1] / vals[0]) ** (1 / GRAD_STEPS)
+        step = tail[-1].step
+        return EarlyWarning(step, "gradients-growing",
+                            f"the gradient norm (before any clipping) grew ×{rate:.3g} a step for "
+                            f"{GRAD_STEPS} steps ({vals[0]:.3g} → {vals[-1]:.3g})",
+                            [f"|g| at steps {tail[0].step}–{step}: " + ", ".join(f"{v:.3g}" for v in vals)],
+                            _overflow_step(step, vals[-1], rate))
+
+    def _updates(self, recs: list[StepRecord]) -> EarlyWarning | None:
+        tail = _known(recs, "param_norm")[-RATIO_STEPS:]
+        ratios = [r.update_ratio for r in tail]
+        if len(tail) < RATIO_STEPS or any(q is None or not q >= RATIO_HIGH for q in ratios):
+            return None
+        step = tail[-1].step
+        shown = ", ".join(f"{q:.3g}" for q in ratios if q is not None)
+        lr = tail[-1].lr
+        return EarlyWarning(step, "updates-too-large",
+                            f"each of the last {RATIO_STEPS} updates changed the weights by "
+                            f"{min(q for q in ratios if q is not None):.2g}× their norm or more "
+                            "(healthy ≈ 1e-3)" + (f" at lr {lr:.3g}" if lr is not None else ""),
+                            [f"update/weight ratio at steps {tail[0].step}–{step}: {shown}"])
+
+    def _headroom(self, recs: list[StepRecord]) -> EarlyWarning | None:
+        top = self.low_max
+        if top is None or not recs:
+            return None
+        rec = recs[-1]
+        for name, what in (("loss", "the loss"), ("grad_norm", "the gradient norm")):
+            v = getattr(rec, name)
+            if v is not None and math.isfinite(v) and abs(v) >= top / HEADROOM:
+                return EarlyWarning(rec.step, "low-precision-headroom",
+                                    f"{what} {abs(v):.3g} is within ×{top / abs(v):.2g} of "
+                                    f"{self.low_dtype}'s largest value {top:g}",
+                                    [f"{name} at step {rec.step}: {v:.3g}; the weights are {self.low_dtype}"])
+        return None
+
+    def _loss(self, history: History, recs: list[StepRecord]) -> EarlyWarning | None:
+        tail = recs[-(LOSS_STEPS + 1):]
+        vals = _values(tail, "loss") if len(tail) == LOSS_STEPS + 1 else None
+        if vals is None or min(_ratios(vals)) <= 1.0 or vals[-1] / vals[0] < LOSS_TOTAL:
+            return None
+        before = [v for v in history.series("loss", LOSS_CONTEXT + LOSS_STEPS + 1)[:-(LOSS_STEPS + 1)]]
+        if before and vals[-1] <= max(before):
+            return None  # no higher than the run has been: a spike it came back from before
+        rate = (vals[-1] / vals[0]) ** (1 / LOSS_STEPS)
+        step = tail[-1].step
+        return EarlyWarning(step, "loss-diverging",
+                            f"the loss grew at each of the last {LOSS_STEPS} steps, ×{rate:.3g} a step "
+                            f"({vals[0]:.4g} → {vals[-1]:.4g}), above anything since step "
+                            f"{max(tail[0].step - LOSS_CONTEXT, history[0].step)}",
+                            [f"loss at steps {tail[0].step}–{step}: " + ", ".join(f"{v:.4g}" for v in vals)],
+                            _overflow_step(step, vals[-1], rate))

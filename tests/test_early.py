@@ -1,0 +1,115 @@
+"""Early warnings (core.early): growth that is fast and sustained is warned about before the NaN,
+with its evidence and projected overflow step; spikes and healthy noise are not."""
+
+from __future__ import annotations
+
+import io
+import math
+from contextlib import redirect_stderr
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nanguard
+from nanguard import NonFiniteError
+from nanguard.core.early import EarlyWarning, EarlyWarnings
+from nanguard.core.history import History, StepRecord
+
+
+def _run(records: list[dict[str, float]]) -> list[EarlyWarning]:
+    h, ew = History(), EarlyWarnings()
+    for i, r in enumerate(records):
+        h.append(StepRecord(step=i, **r))
+        ew.observe(h)
+    return ew.warnings
+
+
+def test_weights_growing_geometrically_are_warned_with_the_overflow_step() -> None:
+    recs = [{"loss": 1.0, "param_norm": 10.0 * (1.01 ** i)} for i in range(20)]
+    recs += [{"loss": 1.0, "param_norm": recs[-1]["param_norm"] * 2.0 ** k} for k in range(1, 5)]
+    (w,) = _run(recs)
+    assert (w.kind, w.step) == ("weights-growing", 21)  # the second ×2 in a row: ×4 over two
+    assert "×2 a step for 2 steps" in w.message
+    # |w| = 10·1.01^19·4 ≈ 48 growing ×2: float32's 3.4e38 in log2(3.4e38 / 48) ≈ 123 steps
+    assert w.projected_step is not None and 140 <= w.projected_step <= 150
+
+
+@pytest.mark.parametrize(("growth", "warned_at"), [(5.0, 20), (1.3, 22), (1.2, None)])
+def test_the_weight_rule_weighs_speed_against_duration(growth: float, warned_at: int | None) -> None:
+    """×4 in one step, ×3 over two, ×1.25 at each of three: each is far beyond healthy drift."""
+    recs = [{"loss": 1.0, "param_norm": 10.0} for _ in range(20)]
+    recs += [{"loss": 1.0, "param_norm": 10.0 * growth ** k} for k in range(1, 5)]
+    got = [w.step for w in _run(recs) if w.kind == "weights-growing"]
+    assert got == ([] if warned_at is None else [warned_at])
+
+
+def test_a_spike_that_comes_back_is_not_a_warning() -> None:
+    """An edge-of-stability run: the loss jumps ×30 for two steps and falls back; the
+    gradient norm doubles twice; nothing is sustained."""
+    recs = []
+    for i in range(60):
+        spike = 30.0 if i in (30, 31) else 1.0
+        recs.append({"loss": 2.0 * spike * (0.99 ** i), "grad_norm": 1.0 * (4.0 if i in (30, 31) else 1.0),
+                     "param_norm": 5.0 + 0.01 * i, "lr": 0.1, "update_norm": 0.05})
+    assert _run(recs) == []
+
+
+def test_a_loss_that_rises_but_stays_below_its_past_is_not_diverging() -> None:
+    recs = [{"loss": 1000.0 / (i + 1)} for i in range(30)]  # it started high
+    recs += [{"loss": 2.0 * 2.0 ** k} for k in range(5)]  # 2 → 32: rising, ×16, but < 1000
+    assert _run(recs) == []
+
+
+def test_gradients_updates_and_loss_each_have_their_rule() -> None:
+    recs = [{"loss": 1.0 + 0.01 * i, "grad_norm": 1.0, "param_norm": 1.0, "lr": 1.0, "update_norm": 0.001}
+            for i in range(10)]
+    recs += [{"loss": 2.0 * 3.0 ** k, "grad_norm": 2.0 ** (k + 1), "param_norm": 1.0, "lr": 1.0,
+              "update_norm": 0.6} for k in range(5)]
+    kinds = {w.kind: w for w in _run(recs)}
+    assert set(kinds) == {"gradients-growing", "updates-too-large", "loss-diverging"}
+    assert kinds["updates-too-large"].step == 12  # third update at ratio 0.6
+    assert kinds["gradients-growing"].step == 13  # 4 doublings from step 9
+    assert kinds["loss-diverging"].step == 12  # 4 rises from step 8 (1.08 → 18: ×16.7)
+    assert "(healthy ≈ 1e-3)" in kinds["updates-too-large"].message
+
+
+def test_each_kind_is_said_once() -> None:
+    recs = [{"loss": 1.0, "param_norm": 2.0 ** i} for i in range(12)]
+    assert [w.kind for w in _run(recs)] == ["weights-growing"]
+
+
+def _lr_run(lr: float, steps: int = 60) -> tuple[list[EarlyWarning], int | None, str]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    x, y = torch.randn(64, 8), torch.randn(64, 1) * 3
+    err = io.StringIO()
+    step = None
+    guard = nanguard.attach(model, opt)
+    try:
+        with redirect_stderr(err):
+            for _ in range(steps):
+                opt.zero_grad()
+                F.mse_loss(model(x) ** 2, y).backward()
+                opt.step()
+    except NonFiniteError as e:
+        step = e.finding.step
+    finally:
+        guard.detach()
+    return list(guard.controller.early.warnings), step, err.getvalue()
+
+
+def test_a_diverging_torch_run_is_warned_before_its_first_nan() -> None:
+    warnings, nan_step, printed = _lr_run(0.1, 60)  # NaN at step 26
+    assert nan_step is not None and warnings, printed
+    assert warnings[0].step <= nan_step - 3
+    assert f"nanguard: warning at step {warnings[0].step} ({warnings[0].kind})" in printed
+
+
+@pytest.mark.parametrize("lr", [1e-3, 0.05])
+def test_a_healthy_torch_run_gets_no_warning(lr: float) -> None:
+    warnings, nan_step, printed = _lr_run(lr)
+    assert nan_step is None and warnings == [] and "warning" not in printed
+    assert math.isfinite(lr)
