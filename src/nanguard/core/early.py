@@ -96,6 +96,12 @@ def _values(recs: Sequence[StepRecord], name: str) -> list[float] | None:
     return [float(v) for v in vals]
 
 
+def _grew(before: float | None, after: float | None, factor: float) -> bool:
+    """``after`` is finite, positive and more than ``factor`` × ``before``."""
+    return (before is not None and after is not None and before > 0 and math.isfinite(after)
+            and after > factor * before)
+
+
 def _ratios(vals: list[float]) -> list[float]:
     return [b / a for a, b in itertools.pairwise(vals)]
 
@@ -117,6 +123,8 @@ class EarlyWarnings:
         #: 65504), set by the adapter; ``None`` for float32 and wider
         self.low_max: float | None = None
         self.low_dtype = "float16"
+        self._loss_rises = 0  # consecutive steps the loss rose, up to the newest
+        self._last_seen = -1
         self.on_warning = on_warning
         self._said: set[str] = set()
 
@@ -124,6 +132,8 @@ class EarlyWarnings:
         """After the step's record: the warnings it raised (each kind once per run)."""
         if not len(history) or not history[-1].finite or len(self._said) == len(KINDS):
             return []
+        if not self._may_warn(history):
+            return []  # nothing grew at the newest step: the usual case, a few comparisons
         recs = _recent(history, LOSS_STEPS + 1)
         new = [w for w in (self._weights(recs), self._gradients(recs), self._updates(recs),
                            self._loss(history, recs), self._headroom(recs))
@@ -134,6 +144,29 @@ class EarlyWarnings:
             if self.on_warning is not None:
                 self.on_warning(w)
         return new
+
+    def _may_warn(self, history: History) -> bool:
+        """Could any rule fire now? Each needs the newest step (or, for the weights, the newest
+        step whose weights are known) to have grown, and the loss rule four rises in a row —
+        counted here, one comparison a step."""
+        newest = history[-1]
+        prev = next((r for r in itertools.islice(history.newest(8), 1, None)
+                     if r.optimizer == newest.optimizer and r.finite and not r.skipped), None)
+        if prev is not None and newest.step != self._last_seen:  # once per step, however often asked
+            self._last_seen = newest.step
+            rose = _grew(prev.loss, newest.loss, 1.0)
+            self._loss_rises = self._loss_rises + 1 if rose else 0
+        if prev is None:
+            return False
+        older = next((r for r in itertools.islice(history.newest(8), 2, None)
+                      if r.optimizer == newest.optimizer and r.finite and not r.skipped), None)
+        w_new, w_old = (newest, prev) if newest.param_norm is not None else (prev, older)
+        return (self._loss_rises >= LOSS_STEPS
+                or (w_old is not None and _grew(w_old.param_norm, w_new.param_norm, WEIGHT_GROWTH))
+                or _grew(prev.grad_norm, newest.grad_norm, GRAD_GROWTH)
+                or (w_new.update_ratio or 0.0) >= RATIO_HIGH
+                or (self.low_max is not None and max(abs(newest.loss or 0.0), newest.grad_norm or 0.0)
+                    >= self.low_max / HEADROOM))
 
     # --- the rules -------------------------------------------------------------------------------
     def _weights(self, recs: list[StepRecord]) -> EarlyWarning | None:
