@@ -66,10 +66,10 @@ def test_gradients_updates_and_loss_each_have_their_rule() -> None:
     recs = [{"loss": 1.0 + 0.01 * i, "grad_norm": 1.0, "param_norm": 1.0, "lr": 1.0, "update_norm": 0.001}
             for i in range(10)]
     recs += [{"loss": 2.0 * 3.0 ** k, "grad_norm": 2.0 ** (k + 1), "param_norm": 1.0, "lr": 1.0,
-              "update_norm": 0.6} for k in range(5)]
+              "update_norm": 1.2} for k in range(5)]
     kinds = {w.kind: w for w in _run(recs)}
     assert set(kinds) == {"gradients-growing", "updates-too-large", "loss-diverging"}
-    assert kinds["updates-too-large"].step == 12  # third update at ratio 0.6
+    assert kinds["updates-too-large"].step == 12  # third update at ratio 1.2
     assert kinds["gradients-growing"].step == 13  # 4 doublings from step 9
     assert kinds["loss-diverging"].step == 12  # 4 rises from step 8 (1.08 → 18: ×16.7)
     assert "(healthy ≈ 1e-3)" in kinds["updates-too-large"].message

@@ -13,8 +13,9 @@ than of a spike (an edge-of-stability run's loss jumps and comes back within a s
   over two such steps, or ×4 in one (a healthy run's weights move by a fraction of a percent);
 * ``gradients-growing`` — the gradient norm grew ×1.5 or more at each of the last 4 steps and
   ×10 or more over them;
-* ``updates-too-large`` — the update/weight ratio was 0.5 or more at each of the last 3 steps
-  (healthy ≈ 1e-3: each update rewrites half the weights);
+* ``updates-too-large`` — the update/weight ratio was 1 or more at each of the last 3 steps
+  (healthy ≈ 1e-3: each update is as large as the weights themselves; an edge-of-stability
+  run reaches 0.9 in its first steps);
 * ``loss-diverging`` — the loss grew at each of the last 4 steps, ×10 or more over them, to
   above every loss of the 50 healthy steps before;
 * ``low-precision-headroom`` — in a float16 model, the loss or the gradient norm came within ×4
@@ -44,7 +45,7 @@ FLOAT32_MAX = 3.4e38
 WEIGHT_GROWTH, WEIGHT_TOTAL = 1.25, {1: 4.0, 2: 3.0, 3: 1.25 ** 3}
 HEADROOM = 4.0  # a float16 loss or gradient norm within this factor of 65504
 GRAD_GROWTH, GRAD_STEPS, GRAD_TOTAL = 1.5, 4, 10.0
-RATIO_HIGH, RATIO_STEPS = 0.5, 3
+RATIO_HIGH, RATIO_STEPS = 1.0, 3
 LOSS_STEPS, LOSS_TOTAL, LOSS_CONTEXT = 4, 10.0, 50
 
 
