@@ -234,7 +234,7 @@ class EarlyWarnings:
         vals = _values(tail, "loss") if len(tail) == LOSS_STEPS + 1 else None
         if vals is None or min(_ratios(vals)) <= 1.0 or vals[-1] / vals[0] < LOSS_TOTAL:
             return None
-        before = [v for v in history.series("loss", LOSS_CONTEXT + LOSS_STEPS + 1)[:-(LOSS_STEPS + 1)]]
+        before = history.series("loss", LOSS_CONTEXT + LOSS_STEPS + 1)[:-(LOSS_STEPS + 1)]
         if before and vals[-1] <= max(before):
             return None  # no higher than the run has been: a spike it came back from before
         rate = (vals[-1] / vals[0]) ** (1 / LOSS_STEPS)
