@@ -64,7 +64,8 @@ def main() -> int:
         if r["healthy"]:
             continue
         lead = "-" if r["lead"] is None else str(r["lead"])
-        print(f"| {r['suite']}/{r['name']} | {r['first_nan']} | {r['first_warning'] or '-'} | {lead} "
+        warned = "-" if r["first_warning"] is None else r["first_warning"]
+        print(f"| {r['suite']}/{r['name']} | {r['first_nan']} | {warned} | {lead} "
               f"| {r['kind'] or '-'} |")
     late = [r for r in rows if not r["healthy"] and r["first_nan"] is not None and r["first_nan"] >= MIN_STEP]
     ahead = [r for r in late if r["lead"] is not None and r["lead"] >= MIN_LEAD]

@@ -19,7 +19,15 @@ than of a spike (an edge-of-stability run's loss jumps and comes back within a s
 * ``loss-diverging`` — the loss grew at each of the last 4 steps, ×10 or more over them, to
   above every loss of the 50 healthy steps before;
 * ``low-precision-headroom`` — in a float16 model, the loss or the gradient norm came within ×4
-  of float16's largest value (65504): the adapter says which dtype the weights are in.
+  of float16's largest value (65504): the adapter says which dtype the weights are in;
+* ``data-nonfinite`` — the data the run will read already holds a few NaN or Inf (a dataset's
+  tensors when a ``DataLoader`` starts an epoch, the script's own tensors after its first step):
+  the adapter looks once (``nanguard.torch._datapeek``) and hands over a :class:`NonFiniteData`;
+  with a sequential sampler, the step whose batch holds the first one is projected;
+* ``latent-hazard`` — on two sampled early steps, an unsafe op on the path to the loss is risky
+  by its margin or by a pattern whose singular point is in its domain (``log`` of a softmax,
+  ``sqrt`` of a sum of squares): :func:`nanguard.core.hazards.early_warning`, found by the
+  adapter (``nanguard.torch._hazard_watch``).
 
 Each comes with its evidence and, for a geometric growth, the step float32 overflows at if the
 rate holds. A kind is warned about once per run (a recovery resets nothing); printing is the
@@ -36,10 +44,10 @@ from typing import Any
 
 from .history import History, StepRecord
 
-__all__ = ["KINDS", "EarlyWarning", "EarlyWarnings"]
+__all__ = ["KINDS", "EarlyWarning", "EarlyWarnings", "NonFiniteData", "projection"]
 
 KINDS = ("weights-growing", "gradients-growing", "updates-too-large", "loss-diverging",
-         "low-precision-headroom")
+         "low-precision-headroom", "data-nonfinite", "latent-hazard")
 FLOAT32_MAX = 3.4e38
 #: the weight norm grew ×1.25 or more at each of the last k steps and this much over them
 WEIGHT_GROWTH, WEIGHT_TOTAL = 1.25, {1: 4.0, 2: 3.0, 3: 1.25 ** 3}
@@ -65,9 +73,41 @@ class EarlyWarning:
 
     def line(self) -> str:
         """The line printed on stderr."""
-        when = f"; at this rate float32 overflows at step ~{self.projected_step}" \
-            if self.projected_step is not None else ""
+        ahead = projection(self.kind, self.projected_step)
+        when = f"; {ahead}" if ahead else ""
         return f"nanguard: warning at step {self.step} ({self.kind}): {self.message}{when}"
+
+
+@dataclass
+class NonFiniteData:
+    """Non-finite values found in one tensor, array or list of per-sample tensors of the data."""
+
+    name: str  # ``TabularDataset.x``, ``x_all`` …
+    what: str  # ``float32[600, 10]``, ``list of 1000 Tensors``
+    nan: int
+    inf: int
+    rows: int  # entries along the first dimension (samples) holding one
+    first_row: int
+    total_rows: int
+
+    def warning(self, step: int, where: str, projected_step: int | None = None) -> EarlyWarning:
+        """The warning, raised at ``step``; ``where``: "a dataset" or "the script's variables"."""
+        bad = " and ".join(f"{n} {k}" for n, k in ((self.nan, "NaN"), (self.inf, "Inf")) if n)
+        msg = (f"`{self.name}` ({where}) holds {bad} in {self.rows} of its {self.total_rows} rows "
+               f"(first: row {self.first_row}): a batch that reads one gives a non-finite loss "
+               "unless the script masks it")
+        return EarlyWarning(step, "data-nonfinite", msg,
+                            [f"{self.name}: {self.what}, {bad}, first in row {self.first_row}"],
+                            projected_step)
+
+
+def projection(kind: str | None, step: int | None) -> str:
+    """What a warning's projected step means, in words ("" without one)."""
+    if step is None:
+        return ""
+    if kind == "data-nonfinite":
+        return f"the loader reaches it at step {step}"
+    return f"at this rate float32 overflows at step ~{step}"
 
 
 def _recent(history: History, n: int) -> list[StepRecord]:
@@ -139,12 +179,17 @@ class EarlyWarnings:
         new = [w for w in (self._weights(recs), self._gradients(recs), self._updates(recs),
                            self._loss(history, recs), self._headroom(recs))
                if w is not None and w.kind not in self._said]
-        for w in new:
-            self._said.add(w.kind)
-            self.warnings.append(w)
-            if self.on_warning is not None:
-                self.on_warning(w)
-        return new
+        return [w for w in new if self.add(w)]
+
+    def add(self, w: EarlyWarning) -> bool:
+        """A warning the adapter found itself (the data look): said unless its kind was."""
+        if w.kind in self._said:
+            return False
+        self._said.add(w.kind)
+        self.warnings.append(w)
+        if self.on_warning is not None:
+            self.on_warning(w)
+        return True
 
     def _may_warn(self, history: History) -> bool:
         """Could any rule fire now? Each needs the newest step (or, for the weights, the newest

@@ -29,7 +29,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RISKY", "Hazard", "HazardBook", "assess", "hazard_lines"]
+from .early import EarlyWarning
+
+__all__ = ["RISKY", "Hazard", "HazardBook", "assess", "early_warning", "hazard_lines"]
 
 #: a log/sqrt/divisor input this close to 0 is one small step from the singularity
 NEAR_ZERO = 1e-6
@@ -252,3 +254,31 @@ def hazard_lines(hazards: list[Hazard], steps: int, script: str | None = None) -
     if not hazards:
         lines.append("  no log, sqrt, division, exp or low-precision result on the path to the loss")
     return lines
+
+
+def warns_early(h: Hazard) -> bool:
+    """Is an assessed hazard an early warning (``latent-hazard``) of the watch? Risky by its
+    margin (``high``), or by a pattern whose singular point is in its domain whatever the
+    margin (``log(1 + exp(x))``'s ``+ 1`` guards the ``log``, not the ``exp``); not a pattern
+    that is risky only near an edge (a division by a count at 1), not low-precision headroom
+    (the watch's loss and gradient rules see it)."""
+    if h.kind == "headroom" or h.risk not in RISKY:
+        return False
+    if h.risk == "high":
+        return True
+    return bool(h.pattern) and h.pattern_edge is None
+
+
+def early_warning(h: Hazard, step: int, steps: int) -> EarlyWarning | None:
+    """The watch's warning for an assessed hazard seen over ``steps`` sampled steps up to
+    ``step`` (``None`` if it does not warn: :func:`warns_early`)."""
+    if not warns_early(h):
+        return None
+    where = f" at {h.source}" if h.source else ""
+    mod = f" (in {h.module})" if h.module else ""
+    why = h.pattern if h.pattern and h.risk != "high" else (h.reasons[0] if h.reasons else "risky")
+    use = f"; use {h.stable_form}" if h.stable_form else ""
+    evidence = ([h.source_code] if h.source_code else []) + [
+        f"{r} (over {steps} sampled step{'s' if steps != 1 else ''})" for r in h.reasons]
+    return EarlyWarning(step, "latent-hazard", f"`{h.op}`{where}{mod} can make a NaN it has not "
+                        f"made yet: {why}{use}", evidence)

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .early import projection
 from .finding import Finding
 from .outfile import write_atomic
 from .render import headline
@@ -482,8 +483,8 @@ def _warnings_html(warnings: Sequence[Mapping[str, Any]]) -> str:
         return ""
     items = []
     for w in warnings:
-        ahead = w.get("projected_step")
-        when = f" — float32 overflows at step ~{_e(ahead)} at this rate" if ahead is not None else ""
+        ahead = projection(w.get("kind"), w.get("projected_step"))
+        when = f" — {_e(ahead)}" if ahead else ""
         ev = "".join(f"<li>{_e(x)}</li>" for x in w.get("evidence") or [])
         items.append(f"<li><b>step {_e(w.get('step'))}</b> <code>{_e(w.get('kind'))}</code>: "
                      f"{_e(w.get('message'))}{when}<ul>{ev}</ul></li>")

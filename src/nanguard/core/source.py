@@ -11,7 +11,7 @@ import os
 import sys
 from types import CodeType, FrameType
 
-__all__ = ["SourceLocation", "skip_dir", "user_frame"]
+__all__ = ["SourceLocation", "skip_dir", "user_frame", "user_frames"]
 
 _SKIP: list[str] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep]
 _SKIP_EXTRA = ("<frozen", "<string>")
@@ -100,3 +100,14 @@ def user_frame(depth: int = 1, stop: frozenset[CodeType] = frozenset()) -> Sourc
             return SourceLocation(fn, f.f_lineno)
         f = f.f_back
     return None
+
+
+def user_frames(depth: int = 1) -> list[FrameType]:
+    """Every frame of the user's code on the stack, innermost first (library frames skipped)."""
+    out: list[FrameType] = []
+    f: FrameType | None = sys._getframe(depth)
+    while f is not None:
+        if not _is_library(f.f_code.co_filename):
+            out.append(f)
+        f = f.f_back
+    return out

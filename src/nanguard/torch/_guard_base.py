@@ -25,7 +25,9 @@ from ..core.ops import ADAPTIVE_OPTIMIZERS, update_norm_estimate
 from ..core.policy import Recovery
 from . import _dist
 from ._backend import TorchBackend
+from ._datapeek import DataLook
 from ._findings import carried_diagnosis, locate_step
+from ._hazard_watch import HazardSampling
 from ._modules import ModuleStack
 from ._recorder import StepRecorder
 from ._update_replay import UpdateReplay
@@ -36,7 +38,7 @@ from .watch import NormCheck
 __all__ = ["GuardBase"]
 
 
-class GuardBase:
+class GuardBase(DataLook, HazardSampling):
     """What a torch guard knows of the run and of the step in progress."""
 
     model: nn.Module | None
@@ -231,6 +233,7 @@ class GuardBase:
             self._note_dtype(opt)
 
     def _end_step(self) -> None:
+        self.hazards_sample_end()  # a sampled step without an optimizer check (manual SGD)
         self.step += 1
         self._losses = []
         self._unscaled = []
@@ -238,9 +241,12 @@ class GuardBase:
         self._sinks = []
         self._pending = None
         self.recorder.new_step()
+        if not self._frames_looked and len(self.history) and self.history[-1].finite:
+            self.look_at_frames()
         self.controller.step_ended()
         for fn in self.on_step_end:
             fn()
+        self.hazards_sample_start()
 
     def _failure(self, chk: NormCheck, params: Sequence[torch.Tensor], bad_ranks: Sequence[int],
                  opt: torch.optim.Optimizer | None, note: str | None = None) -> None:

@@ -108,6 +108,7 @@ class OptimizerHooks(GuardBase):
     def _check(self, opt: torch.optim.Optimizer) -> None:
         """The fused check of the step's loss(es) and gradients, before the update; with policy
         ``raise`` it also reads the weights the previous update left (one synchronisation)."""
+        self.hazards_sample_end()  # a sampled step's forward and backward are done
         params = opt_params(opt)
         if not any(p.grad is not None for p in params) and not self._losses:
             return  # nothing computed yet (a closure-based optimizer computes it inside step())

@@ -30,10 +30,12 @@ _active: list[StepRecorder] = []
 _saved: list[tuple[Any, str, Callable[..., Any]]] = []
 
 
-def _paused(fn: Callable[..., Any], pop: bool = True, loads: bool = False) -> Callable[..., Any]:
+def _paused(fn: Callable[..., Any], pop: bool = True, loads: bool = False,
+            starts: bool = False) -> Callable[..., Any]:
     """Nothing inside ``fn`` is recorded. ``pop``: the tape's mode is popped too (data loading
     may run many ops); else they only pass through it (``zero_grad``, with no or few ops).
-    ``loads``: ``fn`` hands out a batch (the recorder notes that the step loaded data)."""
+    ``loads``: ``fn`` hands out a batch (the recorder notes that the step loaded data).
+    ``starts``: ``fn`` is a ``DataLoader`` iterator's ``__init__`` (the guards look at its data)."""
     @functools.wraps(fn)
     @transparent
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -44,7 +46,11 @@ def _paused(fn: Callable[..., Any], pop: bool = True, loads: bool = False) -> Ca
             if pop:
                 r.tape_off()
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+            if starts and len(args) > 1:
+                for g in list(_guards):
+                    g.loader_started(args[1])
+            return out
         finally:
             for r in recs:
                 r.paused -= 1
@@ -54,21 +60,21 @@ def _paused(fn: Callable[..., Any], pop: bool = True, loads: bool = False) -> Ca
     return wrapper
 
 
-_TARGETS: list[tuple[Any, str, bool, bool]] = [  # owner, name, pop, loads
-    (_dl._BaseDataLoaderIter, "__next__", True, True),
-    (_dl._BaseDataLoaderIter, "__init__", True, False),
-    (torch.optim.Optimizer, "zero_grad", False, False),
-    (torch.nn.Module, "zero_grad", False, False),
+_TARGETS: list[tuple[Any, str, bool, bool, bool]] = [  # owner, name, pop, loads, starts
+    (_dl._BaseDataLoaderIter, "__next__", True, True, False),
+    (_dl._BaseDataLoaderIter, "__init__", True, False, True),
+    (torch.optim.Optimizer, "zero_grad", False, False, False),
+    (torch.nn.Module, "zero_grad", False, False, False),
 ]
 
 
 def register_recorder(rec: StepRecorder) -> None:
     if not _active:
         _transparent.install()
-        for owner, name, pop, loads in _TARGETS:
+        for owner, name, pop, loads, starts in _TARGETS:
             orig = owner.__dict__[name]
             _saved.append((owner, name, orig))
-            setattr(owner, name, _paused(orig, pop, loads))
+            setattr(owner, name, _paused(orig, pop, loads, starts))
     _active.append(rec)
 
 

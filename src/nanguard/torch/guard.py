@@ -220,6 +220,7 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
                 self.findings.append((f, diagnose(f, self.history, self.context())))
         self.recorder.resume_tape = False
         self.recorder.tape_off()
+        self.hazards_release()
         _patches.unregister_recorder(self.recorder)
         _patches.unregister_guard(self)
         for h in self._handles:

@@ -1,0 +1,217 @@
+"""A look at the data a run will train on, before it gets there: non-finite values already held.
+
+Runs **once per dataset**, when a ``DataLoader`` creates its iterator (before the first batch of
+an epoch), and **once per run** over the script's own variables at the end of its first step.
+It reads what is already in memory — the tensors and arrays a ``Dataset`` holds as attributes
+(``TensorDataset.tensors``, ``self.x``, a list of per-sample tensors), and the float tensors and
+arrays in the frames of the user's code (``x_all = torch.from_numpy(...)`` sliced into batches
+by hand) — and never calls ``__getitem__``: no user code runs, no random number is drawn.
+
+What counts is **a few** non-finite values among many finite ones (at most
+:data:`MAX_SHARE` of the elements): the signature of a missing cell, a ``log(0)`` target or a
+logger's gap. Tensors that are non-finite by design — a causal mask of ``-inf``, a column of
+``NaN`` the script masks — hold far more, and are left alone. Tensors in the autograd graph
+(weights, activations) are not data and are skipped, as are memory-mapped arrays (reading them
+would page the file in) and anything above :data:`MAX_ELEMENTS` elements.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.controller import StepController
+from ..core.early import EarlyWarning, NonFiniteData
+from ..core.source import user_frames
+
+__all__ = ["DataLook", "peek_dataset", "peek_frames"]
+
+MAX_SHARE = 0.05  # more non-finite elements than this share: by design (a mask, a marker)
+MAX_ELEMENTS = 1 << 27  # larger tensors are not read (a healthy run must not wait for this)
+MAX_ITEMS = 100_000  # a list of per-sample tensors longer than this is not walked
+
+
+def _counts(x: Any) -> tuple[int, int, int, int, int] | None:
+    """``(nan, inf, rows, first_row, elements)`` of a float tensor or array, ``None`` if all finite."""
+    if isinstance(x, torch.Tensor):
+        if bool(torch.isfinite(x).all()):
+            return None
+        bad = ~torch.isfinite(x)
+        nan = int(torch.isnan(x).sum())
+        per_row = bad.reshape(bad.shape[0], -1).any(1) if x.dim() else bad.reshape(1)
+        idx = torch.nonzero(per_row).flatten()
+        return nan, int(bad.sum()) - nan, int(idx.numel()), int(idx[0]), x.numel()
+    arr = np.asarray(x)
+    fin = np.isfinite(arr)
+    if fin.all():
+        return None
+    n_nan = int(np.isnan(arr).sum())
+    rows = (~fin).reshape(fin.shape[0], -1).any(1) if arr.ndim else (~fin).reshape(1)
+    where = np.flatnonzero(rows)
+    return n_nan, int((~fin).sum()) - n_nan, int(where.size), int(where[0]), int(arr.size)
+
+
+def _is_data(x: Any) -> bool:
+    """A float tensor or array that is data: not in the autograd graph, not memory-mapped, not huge."""
+    if isinstance(x, torch.Tensor):
+        return (x.is_floating_point() and not x.requires_grad and x.grad_fn is None
+                and x.layout == torch.strided and x.device.type != "meta" and 0 < x.numel() <= MAX_ELEMENTS)
+    return (isinstance(x, np.ndarray) and not isinstance(x, np.memmap) and x.dtype.kind == "f"
+            and 0 < x.size <= MAX_ELEMENTS)
+
+
+def _shape(x: Any) -> str:
+    dtype = str(x.dtype).replace("torch.", "")
+    return f"{dtype}[{', '.join(map(str, tuple(x.shape)))}]"
+
+
+def _peek(name: str, x: Any) -> NonFiniteData | None:
+    """One value: a float tensor or array, or a list/tuple of per-sample ones."""
+    if _is_data(x):
+        c = _counts(x)
+        if c is None or c[0] + c[1] > MAX_SHARE * c[4]:
+            return None
+        return NonFiniteData(name, _shape(x), c[0], c[1], c[2], c[3], int(x.shape[0]) if x.ndim else 1)
+    if isinstance(x, (list, tuple)) and 1 < len(x) <= MAX_ITEMS and _is_data(x[0]) and _is_data(x[-1]):
+        return _peek_items(name, x)
+    return None
+
+
+def _peek_items(name: str, items: list[Any] | tuple[Any, ...]) -> NonFiniteData | None:
+    nan = inf = rows = elements = 0
+    first = -1
+    for i, t in enumerate(items):
+        if not _is_data(t):
+            return None  # not a list of samples
+        elements += t.numel() if isinstance(t, torch.Tensor) else t.size
+        c = _counts(t)
+        if c is not None:
+            nan, inf, rows = nan + c[0], inf + c[1], rows + 1
+            first = i if first < 0 else first
+    if not rows or nan + inf > MAX_SHARE * elements:
+        return None
+    return NonFiniteData(name, f"list of {len(items)} {type(items[0]).__name__}s", nan, inf, rows, first, len(items))
+
+
+def _attributes(dataset: Any) -> Iterator[tuple[str, Any]]:
+    """``(name, value)`` of what a dataset holds: its tensors, arrays and lists of them, one
+    level into ``Subset``/``ConcatDataset`` (row numbers are then the inner dataset's)."""
+    inner = getattr(dataset, "datasets", None) or ([dataset.dataset] if hasattr(dataset, "dataset") else [])
+    for d in inner:
+        if d is not dataset and hasattr(d, "__dict__"):
+            yield from _attributes(d)
+    tensors = getattr(dataset, "tensors", None)  # TensorDataset
+    if isinstance(tensors, (tuple, list)):
+        for i, t in enumerate(tensors):
+            yield f"{type(dataset).__name__}.tensors[{i}]", t
+    for k, v in vars(dataset).items() if hasattr(dataset, "__dict__") else ():
+        if k != "tensors":
+            yield f"{type(dataset).__name__}.{k}", v
+            if isinstance(v, dict):
+                for kk, vv in v.items():
+                    yield f"{type(dataset).__name__}.{k}[{kk!r}]", vv
+
+
+def peek_dataset(dataset: Any) -> list[NonFiniteData]:
+    """The non-finite values ``dataset`` already holds (at a ``DataLoader``'s first iterator)."""
+    found: list[NonFiniteData] = []
+    for name, value in _attributes(dataset):
+        p = _peek(name, value)
+        if p is not None:
+            found.append(p)
+    return found
+
+
+def peek_frames(frames: list[FrameType]) -> list[NonFiniteData]:
+    """The non-finite values the user's frames hold in their variables (locals and the
+    module's globals, each value once)."""
+    seen: set[int] = set()
+    found: list[NonFiniteData] = []
+    spaces: list[dict[str, Any]] = []
+    modules: set[int] = set()
+    for f in frames:
+        spaces.append(dict(f.f_locals))
+        if id(f.f_globals) not in modules:
+            modules.add(id(f.f_globals))
+            spaces.append(f.f_globals)
+    for space in spaces:
+        for name, value in list(space.items()):
+            if id(value) in seen or name.startswith("__"):
+                continue
+            seen.add(id(value))
+            p = _peek(name, value)
+            if p is not None:
+                found.append(p)
+    return found
+
+
+def _warning(found: list[NonFiniteData], step: int, where: str, projected: int | None) -> EarlyWarning:
+    w = found[0].warning(step, where, projected)
+    w.evidence += [f"{p.name}: {p.what}, first in row {p.first_row}" for p in found[1:4]]
+    return w
+
+
+def _projected(loader: Any, found: NonFiniteData, step: int) -> int | None:
+    """The step whose batch holds the first bad row: known for a sequential, batched loader
+    over the dataset that holds it (not through a ``Subset``), and within the first epoch."""
+    from torch.utils.data import SequentialSampler
+
+    ds, bs = loader.dataset, getattr(loader, "batch_size", None)
+    if (not isinstance(getattr(loader, "sampler", None), SequentialSampler) or not bs
+            or hasattr(ds, "dataset") or hasattr(ds, "datasets")):
+        return None
+    return step + found.first_row // int(bs)
+
+
+class DataLook:
+    """The guard's look at the data ahead (a mixin of :class:`~nanguard.torch.guard.Guard`)."""
+
+    controller: StepController
+    step: int
+    _defer: bool | None
+    _looked: weakref.WeakSet[Any] | None = None
+    _frames_looked = False
+
+    def loader_started(self, loader: Any) -> None:
+        """A ``DataLoader`` created its iterator (an epoch starts, before its first batch): look
+        once at what its dataset holds."""
+        ds = getattr(loader, "dataset", None)
+        if ds is None or "data-nonfinite" in {w.kind for w in self.controller.early.warnings}:
+            return
+        if self._looked is None:
+            self._looked = weakref.WeakSet()
+        try:
+            if ds in self._looked:
+                return
+            self._looked.add(ds)
+        except TypeError:  # a dataset that takes no weak reference: looked at each epoch
+            pass
+        try:
+            found = peek_dataset(ds)
+        except Exception:  # a dataset attribute nanguard cannot read: the look is best-effort
+            return
+        if found:
+            self.controller.early.add(_warning(found, self.step, "a dataset",
+                                               _projected(loader, found[0], self.step)))
+
+    def look_at_frames(self) -> None:
+        """At the end of the first healthy step (the step counter already moved on): once, the
+        script's own tensors and arrays (a dataset it slices into batches by hand). Not on the
+        deferred watch."""
+        if self._frames_looked:
+            return
+        self._frames_looked = True
+        if self._defer:
+            return  # the deferred GPU watch: a host read per tensor would synchronise the step
+        try:
+            found = peek_frames(user_frames(2))
+        except Exception:  # a value nanguard cannot read: the look is best-effort
+            return
+        if found:
+            self.controller.early.add(_warning(found, max(self.step - 1, 0), "the script's variables",
+                                               None))

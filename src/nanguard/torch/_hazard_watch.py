@@ -1,0 +1,91 @@
+"""Latent hazards seen by the watch: ``nanguard check``'s look, on two early steps of the run.
+
+The check's :class:`~nanguard.torch.hazards.HazardMode` is pushed when step 0 ends and popped
+when step 1's gradients are checked (at ``optimizer.step()``, or after a closure ran); again for
+step 2. Those two steps cost what a trace costs (a Python call per op, a reduction per unsafe
+op); every other step costs nothing. Then the book is read once: an unsafe op on the path to the
+loss that is risky **by its margin** (a ``log`` or divisor input within 1e-6 of 0 or subnormal,
+an ``exp`` fewer than 10 e-folds from overflow) or **by a pattern whose singular point is part of
+its domain** (``log`` of a softmax or a sigmoid, ``log(exp(x) + 1)``, ``sqrt`` of a sum of
+squares, a division by a norm) is an early warning of kind ``latent-hazard``. Patterns that are
+risky only near an edge (a division by a count, risky once the count is 1) and float16 headroom
+(the loss and gradient rules of :mod:`nanguard.core.early` watch it every step) are left to
+``nanguard check``, which lists everything.
+
+Not sampled: the deferred watch (a GPU run that must not synchronise; the check reads margins
+on the host), and steps where another dispatch mode is active (a trace, the user's own).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from ..core.controller import StepController
+from ..core.hazards import HazardBook, early_warning
+from ._modules import ModuleStack
+from .hazards import HazardMode
+
+__all__ = ["SAMPLED_STEPS", "HazardSampling"]
+
+SAMPLED_STEPS = (1, 2)  # the steps whose unsafe ops are looked at (step 0 may be a warm-up)
+_PASS_ALL = 1 << 30  # an ``in_optimizer`` count that makes a stale mode pass everything through
+
+
+class HazardSampling:
+    """The guard's two sampled steps (a mixin of :class:`~nanguard.torch.guard.Guard`)."""
+
+    controller: StepController
+    modules: ModuleStack
+    step: int
+    _defer: bool | None
+    _hz_mode: HazardMode | None = None
+    _hz_book: HazardBook | None = None
+    _hz_done = False
+
+    def hazards_sample_start(self) -> None:
+        """When a step ended (the counter already moved on): start looking if the next step
+        is one of :data:`SAMPLED_STEPS`."""
+        if self._hz_done or self._hz_mode is not None or self.step not in SAMPLED_STEPS:
+            return
+        if self._defer or _get_current_dispatch_mode() is not None:
+            self._hz_done = True
+            return
+        if self._hz_book is None:
+            self._hz_book = HazardBook()
+        mode = HazardMode(self._hz_book, self.modules)
+        mode.__enter__()
+        self._hz_mode = mode
+
+    def hazards_sample_end(self) -> None:
+        """When the sampled step's gradients are checked (its forward and backward are done),
+        or the step was abandoned: stop looking; after the last sampled step, warn."""
+        mode = self._hz_mode
+        if mode is None:
+            return
+        self._hz_mode = None
+        if _get_current_dispatch_mode() is mode:
+            mode.__exit__(None, None, None)
+        else:  # another mode was pushed above it: it stays, passing every op through
+            mode.in_optimizer = _PASS_ALL
+            self._hz_done = True
+        book = self._hz_book
+        assert book is not None
+        book.steps += 1
+        if self.step >= SAMPLED_STEPS[-1] or self._hz_done:
+            self._hz_done = True
+            self._warn(book)
+
+    def _warn(self, book: HazardBook) -> None:
+        """One warning (the riskiest hazard), the next few named in its evidence."""
+        found = [w for w in (early_warning(h, self.step, book.steps) for h in book.ranked()) if w is not None]
+        if found:
+            found[0].evidence += [f"also: {w.message}" for w in found[1:4]]
+            self.controller.early.add(found[0])
+
+    def hazards_release(self) -> Any:
+        """The guard detaches: a mode still pushed is popped (or left passing through)."""
+        if self._hz_mode is not None:
+            self._hz_done = True
+            self.hazards_sample_end()

@@ -1,0 +1,115 @@
+"""Latent hazards seen by the watch (torch._hazard_watch): two sampled early steps under the
+check's dispatch mode; a risky op on the path to the loss is an early warning with its line."""
+
+from __future__ import annotations
+
+import inspect
+import io
+from collections.abc import Callable
+from contextlib import redirect_stderr
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nanguard
+from nanguard.core.early import EarlyWarning
+from nanguard.torch._hazard_watch import SAMPLED_STEPS
+from nanguard.torch.hazards import HazardMode
+
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _line(fn: Loss) -> str:
+    """``test_hazard_watch.py:N``: the line of ``fn``'s return statement."""
+    src, start = inspect.getsourcelines(fn)
+    i = next(i for i, s in enumerate(src) if "return" in s)
+    return f"tests/test_hazard_watch.py:{start + i}"
+
+
+def _bce_by_hand(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return -(y * F.logsigmoid(z) + (1 - y) * torch.log(1 - torch.sigmoid(z))).mean()
+
+
+def _bce_stable(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(z, y)
+
+
+def _log_near_zero(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (torch.log(z.pow(2) * 1e-12 + 0.0) * 0.0).mean() + F.mse_loss(z, y)
+
+
+def _masked_mean(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    m = (y > 0.5).float()
+    return ((z - y).pow(2) * m).sum() / m.sum().clamp(min=1.0) + ((z - y).pow(2) * m).sum() / m.sum()
+
+
+def _train(loss_fn: Loss, steps: int = 6, lbfgs: bool = False) -> tuple[list[EarlyWarning], str, nanguard.Guard]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+    opt: torch.optim.Optimizer = (torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=2) if lbfgs
+                                  else torch.optim.SGD(model.parameters(), lr=0.05))
+    x, y = torch.randn(64, 4), (torch.rand(64, 1) > 0.5).float()
+    err = io.StringIO()
+    guard = nanguard.attach(model, opt)
+    try:
+        with redirect_stderr(err):
+            for _ in range(steps):
+                def closure() -> torch.Tensor:
+                    opt.zero_grad()
+                    loss = loss_fn(model(x), y)
+                    loss.backward()
+                    return loss
+                if lbfgs:
+                    opt.step(closure)
+                else:
+                    closure()
+                    opt.step()
+    finally:
+        guard.detach()
+    return list(guard.controller.early.warnings), err.getvalue(), guard
+
+
+@pytest.mark.parametrize("lbfgs", [False, True])
+def test_log_of_one_minus_sigmoid_is_warned_with_its_line_and_stable_form(lbfgs: bool) -> None:
+    warnings, printed, guard = _train(_bce_by_hand, lbfgs=lbfgs)
+    (w,) = warnings
+    assert (w.kind, w.step) == ("latent-hazard", SAMPLED_STEPS[-1])
+    assert w.message.startswith(f"`log` at {_line(_bce_by_hand)}")
+    assert "log of 1 - sigmoid" in w.message and "F.logsigmoid(-z)" in w.message
+    assert "nanguard: warning at step 2 (latent-hazard)" in printed
+    assert guard.findings == []  # a warning, not a failure
+
+
+def test_an_input_within_1e_6_of_zero_is_warned_by_its_margin() -> None:
+    (w,) = _train(_log_near_zero)[0]
+    assert w.kind == "latent-hazard" and w.message.startswith(f"`log` at {_line(_log_near_zero)}")
+    assert "of 0 (< 1e-06)" in w.message
+
+
+@pytest.mark.parametrize("loss_fn", [_bce_stable, _masked_mean])
+def test_stable_forms_and_a_division_by_a_count_are_not_warned(loss_fn: Loss) -> None:
+    warnings, printed, _ = _train(loss_fn)
+    assert (warnings, printed) == ([], "")
+
+
+def test_only_the_sampled_steps_are_looked_at() -> None:
+    calls: list[int] = []
+    orig = HazardMode.__torch_dispatch__
+
+    def counting(self: HazardMode, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return orig(self, func, types, args, kwargs)
+
+    HazardMode.__torch_dispatch__ = counting  # type: ignore[method-assign]
+    try:
+        _train(_bce_stable, steps=3)
+        n3 = len(calls)
+        _, _, g9 = _train(_bce_stable, steps=9)
+    finally:
+        HazardMode.__torch_dispatch__ = orig  # type: ignore[method-assign]
+    assert n3 > 0 and len(calls) == 2 * n3  # steps 3..8 added nothing
+    assert g9._hz_mode is None and g9._hz_done
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    assert _get_current_dispatch_mode() is None
