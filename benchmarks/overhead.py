@@ -213,12 +213,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+#: steps run and not timed at the start of every block, for every variant alike: they pay for
+#: attaching the variant, which a real run pays once — the watch's one-time looks included (its
+#: data look after step 0, its hazard look on steps 1-2, at trace cost: docs/check.md)
+SETTLE = 3
+
+
 def step_times(case: Case, variant: str, model: nn.Module, opt: torch.optim.Optimizer,
                device: torch.device, steps: int) -> list[float]:
     """Seconds of each of ``steps`` training steps of one variant, timed one by one (a device
-    synchronisation after each on CUDA, for every variant alike). The first step of a block pays
-    for attaching the variant, which a real run pays once: the median leaves it out."""
-    batches = [case.batch(device) for _ in range(steps)]
+    synchronisation after each on CUDA, for every variant alike), after :data:`SETTLE` steps
+    run untimed."""
+    batches = [case.batch(device) for _ in range(SETTLE + steps)]
     out: list[float] = []
     gc.collect()  # the garbage of the last block (a trace leaves much) is not this block's cost
     with variant_ctx(variant, model, opt):
@@ -233,7 +239,7 @@ def step_times(case: Case, variant: str, model: nn.Module, opt: torch.optim.Opti
             opt.step()
             _sync(device)
             out.append(time.perf_counter() - t0)
-    return out
+    return out[SETTLE:]
 
 
 def time_block(case: Case, variant: str, model: nn.Module, opt: torch.optim.Optimizer,
@@ -325,11 +331,11 @@ def rl_times(variant: str, policy: nn.Module, opt: torch.optim.Optimizer, env: T
     out = []
     gc.collect()
     with variant_ctx(variant, policy, opt):
-        for _ in range(steps):
+        for _ in range(SETTLE + steps):
             t0 = time.perf_counter()
             rl_update(policy, opt, env, variant, env_steps)
             out.append(time.perf_counter() - t0)
-    return out
+    return out[SETTLE:]
 
 
 def measure_rl(variants: list[str], repeats: int, steps: int, env_steps: int) -> dict[str, float]:
