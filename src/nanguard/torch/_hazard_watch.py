@@ -18,8 +18,6 @@ on the host), and steps where another dispatch mode is active (a trace, the user
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ..core.controller import StepController
@@ -84,7 +82,7 @@ class HazardSampling:
             found[0].evidence += [f"also: {w.message}" for w in found[1:4]]
             self.controller.early.add(found[0])
 
-    def hazards_release(self) -> Any:
+    def hazards_release(self) -> None:
         """The guard detaches: a mode still pushed is popped (or left passing through)."""
         if self._hz_mode is not None:
             self._hz_done = True
