@@ -154,11 +154,15 @@ class History:
         return vals[0], vals[-1], vals[-1] / vals[0]
 
     def per_step_growth(self, name: str, window: int = 8) -> float | None:
-        """Geometric mean growth factor per step of a scalar (e.g. 9.0 = ×9 every step)."""
-        vals = self.series(name, window)
-        if len(vals) < 2 or vals[0] <= 0 or vals[-1] <= 0:
+        """Geometric mean growth factor per step of a scalar (e.g. 9.0 = ×9 every step), over the
+        steps between its first and last known value (a scalar read only every few steps, as the
+        weight norm of a quiet run is, grows per step, not per reading)."""
+        known = [(r.step, v) for r in self.healthy()[-window:]
+                 if isinstance(v := getattr(r, name), (int, float)) and math.isfinite(v)]
+        if len(known) < 2 or known[0][1] <= 0 or known[-1][1] <= 0:
             return None
-        return float((vals[-1] / vals[0]) ** (1.0 / (len(vals) - 1)))
+        span = max(known[-1][0] - known[0][0], len(known) - 1)
+        return float((known[-1][1] / known[0][1]) ** (1.0 / span))
 
     def median_update_ratio(self, n: int = 20) -> float | None:
         """Median ``|Δw|/|w|`` over the last ``n`` healthy steps."""

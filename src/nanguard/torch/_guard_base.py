@@ -89,7 +89,8 @@ class GuardBase(DataLook, HazardSampling):
     _closure_step: bool
 
     #: with policy "raise", the optimizer state is checked every this many steps (the weights
-    #: every step): each check reads the tensors once, and on a memory-bound step that shows
+    #: when ``_watched.weights_wanted``): each check reads the tensors once, and on a
+    #: memory-bound step that shows
     STATE_CHECK_EVERY = 16
 
     @property

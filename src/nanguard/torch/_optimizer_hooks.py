@@ -1,7 +1,8 @@
 """The torch guard's hooks around each ``optimizer.step()`` (torch's global step hooks).
 
 * pre-step: ONE fused check of the step's loss(es) and gradients (with ``raise``: and the
-  weights the previous update left); a closure (LBFGS, Lightning, SAM) is wrapped so that the
+  weights the previous update left, when they may have moved: ``_watched.weights_wanted``, or
+  when the check fails); a closure (LBFGS, Lightning, SAM) is wrapped so that the
   check runs after it computed the gradients; a failure is located, diagnosed and handed to the
   step controller; a healthy step gets the back-off and the clipping, if switched on.
 * post-step: the hidden gradients and learning rates given back; under ``skip``/``recover`` the
@@ -24,7 +25,7 @@ from ._backend import apply_settings, maybe_snapshot
 from ._deferred import deferred_wanted
 from ._findings import optimizer_finding, parameter_finding
 from ._guard_base import GuardBase, param_norm
-from ._watched import opt_params
+from ._watched import opt_params, weights_wanted
 from .watch import NormCheck, check, check_params
 
 __all__ = ["OptimizerHooks"]
@@ -121,13 +122,18 @@ class OptimizerHooks(GuardBase):
             self._check_deferred(opt, params)  # no host read: this step is read at the next one
             return
         self._n_losses = len(self._losses)
-        due = self._params_due and primary
         # the state too: periodically, and whenever the last update's gradients were large enough
         # for their squares to overflow float32 in it (Adam's exp_avg_sq, Adagrad's sum)
         last_gn = self.history[-1].grad_norm if len(self.history) else None
         with_state = self.step % self.STATE_CHECK_EVERY == 0 or (last_gn is not None and not last_gn < 1e17)
+        due = self._params_due and primary and (with_state or weights_wanted(self.history, self.step))
         weights, wnames = self.watch.weights(opt, with_state) if due else ([], [])
         chk, pchk = check([p.grad for p in params], [*self._losses, *self._clip_norms], weights)
+        if pchk is None and not chk.finite and self._params_due and primary:
+            # not read with the gradients this step: the failure needs to know whether the last
+            # update left them non-finite (its finding then blames that update)
+            weights, wnames = self.watch.weights(opt, True)
+            pchk = check_params(weights)
         if pchk is not None:
             self._weights_checked(opt, pchk, wnames)
         if not chk.finite and not chk.bad and self._scalers_all() and not self._loss_bad() and \

@@ -7,16 +7,18 @@ models or the optimizer's parameter count changes).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..core.history import History
 from ._modules import ModuleStack
 from ._modules import unwrap as _unwrap
 from ._stats import checkable
 
-__all__ = ["WatchSet", "opt_params", "plain"]
+__all__ = ["WatchSet", "opt_params", "plain", "weights_wanted"]
 
 HYPER = ("lr", "eps", "momentum", "weight_decay", "betas", "alpha", "nesterov", "dampening")
 
@@ -35,6 +37,33 @@ def plain(v: Any) -> Any:
     if isinstance(v, tuple):
         return tuple(plain(x) for x in v)
     return v
+
+
+#: with policy ``raise`` the weights are read (fused with the gradients' check) at the first
+#: steps, every this many steps, and at each step whose last update may have moved them by
+#: :data:`WEIGHTS_MOVE` of their norm or more
+WEIGHTS_EVERY = 8
+#: a tenth of the ×1.25 a step that the ``weights-growing`` warning needs; the update's size is
+#: the history's estimate (``lr·|g|``; ``lr·√n`` for Adam-like updates), which an Adam step with a
+#: gradient spike (≤ ~3×) or SGD's momentum (≤ 1/(1-μ) = 10× at μ = 0.9) may exceed by this
+#: margin: a step skipped by this rule cannot be one of the warning's growth steps
+WEIGHTS_MOVE = 0.025
+
+
+def weights_wanted(history: History, step: int) -> bool:
+    """Policy ``raise``, at step ``step``'s gradient check: read the weights the last update
+    left, now? On a healthy run with small updates the answer is "every 8th step", which halves
+    the fused check's reads on a model whose tensors are small; whenever the weights could be
+    growing fast enough for an early warning or a diagnosis to need each step, every step."""
+    if step < 4 or step % WEIGHTS_EVERY == 0 or not len(history):
+        return True
+    last = history[-1]
+    if not last.finite or last.skipped or last.event is not None or last.update_norm is None:
+        return True
+    known = next((r.param_norm for r in history.newest(WEIGHTS_EVERY) if r.param_norm is not None), None)
+    if known is None or not math.isfinite(known) or known <= 0 or not math.isfinite(last.update_norm):
+        return True
+    return last.update_norm >= WEIGHTS_MOVE * known
 
 
 class WatchSet:

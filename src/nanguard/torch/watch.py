@@ -1,8 +1,9 @@
 """The watch tier: one fused finiteness check per step, and the step's scalars.
 
 Runs at the optimizer's pre-step hook (after backward, before the update is applied). One
-``torch._foreach_norm`` over every gradient — and, with the default ``raise`` policy, every
-weight as the previous update left it — then one ``torch.cat`` with the loss(es), and a single
+``torch._foreach_norm`` over every gradient — and, with the default ``raise`` policy, on the
+steps ``_watched.weights_wanted`` names, every weight as the previous update left it — then one
+``torch.stack`` with the loss(es), and a single
 ``tolist()``: one host synchronisation per step, a handful of kernel launches whatever the number
 of tensors, and the loss, the gradient norm, the weight norm and the per-tensor norms come along
 for the history. Only when a number is not finite does a second, exact pass find which tensor.
