@@ -107,6 +107,8 @@ def apply_settings(guard: Guard, params: Sequence[torch.Tensor], opt: torch.opti
     """A healthy step under a back-off: clip, and scale the learning rate (or gradients)."""
     scale = guard.recovery.lr_scale
     clip = guard.recovery.clip_norm
+    if clip is None and scale == 1.0:
+        return  # no back-off in force: every healthy step of most runs
     with_grads = [p for p in params if p.grad is not None]
     if clip is not None and with_grads:
         clip_with_norm = getattr(torch.nn.utils, "clip_grads_with_norm_", None)
