@@ -135,15 +135,25 @@ class History:
     def last(self, n: int) -> list[StepRecord]:
         return list(self._records)[-n:] if n > 0 else []
 
-    def healthy(self) -> list[StepRecord]:
-        return [r for r in self._records if r.finite and not r.skipped]
+    def healthy(self, n: int | None = None) -> list[StepRecord]:
+        """The healthy (finite, not skipped) records, oldest first; the last ``n`` of them only
+        when ``n`` is given (read from the newest end: a rule asked at every step does not walk
+        a history of 10 000 records)."""
+        if n is None:
+            return [r for r in self._records if r.finite and not r.skipped]
+        out: list[StepRecord] = []
+        if n > 0:
+            for r in reversed(self._records):
+                if r.finite and not r.skipped:
+                    out.append(r)
+                    if len(out) >= n:
+                        break
+        out.reverse()
+        return out
 
     def series(self, name: str, n: int | None = None) -> list[float]:
         """Finite values of one scalar over the last ``n`` healthy steps."""
-        recs = self.healthy()
-        if n is not None:
-            recs = recs[-n:]
-        return _finite([getattr(r, name) for r in recs])
+        return _finite([getattr(r, name) for r in self.healthy(n)])
 
     # --- trends the rules use -------------------------------------------------------------
     def growth(self, name: str, window: int = 8) -> tuple[float, float, float] | None:
@@ -157,7 +167,7 @@ class History:
         """Geometric mean growth factor per step of a scalar (e.g. 9.0 = ×9 every step), over the
         steps between its first and last known value (a scalar read only every few steps, as the
         weight norm of a quiet run is, grows per step, not per reading)."""
-        known = [(r.step, v) for r in self.healthy()[-window:]
+        known = [(r.step, v) for r in self.healthy(window)
                  if isinstance(v := getattr(r, name), (int, float)) and math.isfinite(v)]
         if len(known) < 2 or known[0][1] <= 0 or known[-1][1] <= 0:
             return None
