@@ -55,27 +55,10 @@ def name_of(func: Any) -> str:
     return str(getattr(func, "__name__", ""))
 
 
-_PASSES: dict[Any, bool] = {}
-
-
 def passes(func: Any) -> bool:
-    """Run it without recording it (see the module docstring). Asked for every call the tape
-    sees: answered from a dict after the first time (a property getter's bound ``__get__`` is a
-    new object at each access, and is answered by its name)."""
-    try:
-        known = _PASSES.get(func)
-    except TypeError:  # not hashable
-        known = None
-    if known is not None:
-        return known
-    out = (name_of(func) in _PASS or getattr(func, "namespace", None) == "profiler"
-           or str(getattr(func, "_qualified_op_name", "")).startswith("profiler::"))
-    if getattr(func, "__name__", None) not in ("__get__", "__set__", "__delete__"):
-        try:
-            _PASSES[func] = out
-        except TypeError:
-            pass
-    return out
+    """Run it without recording it (see the module docstring)."""
+    return (name_of(func) in _PASS or getattr(func, "namespace", None) == "profiler"
+            or str(getattr(func, "_qualified_op_name", "")).startswith("profiler::"))
 
 
 def random_and_writes(func: Any) -> tuple[bool, bool]:
