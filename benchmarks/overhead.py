@@ -174,7 +174,6 @@ def assert_detached() -> None:
         "wrapped autograd.backward": int(hasattr(torch.autograd.backward, "__nanguard_wrapped__")),
         "optimizer step hooks": len(_optim._global_optimizer_pre_hooks) + len(_optim._global_optimizer_post_hooks),
         "dispatch modes": int(torch._C._len_torch_dispatch_stack()),
-        "function modes (the tape)": int(torch._C._len_torch_function_stack()),
         "anomaly mode": int(torch.is_anomaly_enabled()),
     }
     bad = {k: v for k, v in leftovers.items() if v}

@@ -4,14 +4,12 @@ While a guard is attached, every step is recorded as a short list of events:
 
 * a **root call** — a top-level module call (the model, a loss module) with its arguments and the
   RNG state at its start (so dropout draws the same masks again);
-* a **tape op** — a torch call made *outside* any module (the loss written by hand,
-  ``F.cross_entropy``, a ``.float()`` on the batch, ``torch.log`` of the model's output), with its
-  arguments and the user's source line: one event per call the user wrote (the tape is a
-  ``TorchFunctionMode``; what the call runs inside is not seen, see ``_tapeops``);
+* a **tape op** — an aten op run *outside* any module (the loss written by hand, a ``.float()`` on
+  the batch, ``torch.log`` of the model's output), with its arguments and the user's source line;
 * a **backward** — the roots (the loss) and gradients of a backward pass.
 
 Recording is cheap: top-level module calls are told by a wrapper of ``Module.__call__``
-(``_modules._RootCalls``; the calls inside them keep PyTorch's fast path), and the tape's function
+(``_modules._RootCalls``; the calls inside them keep PyTorch's fast path), and the tape's dispatch
 mode is pushed only while no module is running (it is popped at each root call, during backward,
 the optimizer step and data loading), so the ops inside the model cost nothing. Forwards that
 build no graph are recorded once a step: from the second on (an RL rollout, an evaluation loop)
@@ -32,14 +30,16 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..core.source import SourceLocation, user_frame
-from . import _tapeops
 from ._modules import ModuleStack, storage_key
 
 __all__ = ["Backward", "Ref", "RootCall", "StepRecorder", "TapeOp", "carried_inputs"]
+
+_RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential",
+                 "cauchy", "geometric", "poisson", "random")
 
 
 @dataclass(frozen=True)
@@ -151,31 +151,21 @@ def _flat(obj: Any) -> list[torch.Tensor]:
     return out
 
 
-class _Tape(TorchFunctionMode):
-    """Records the torch calls made outside any module (pushed only while no module runs)."""
+class _Tape(TorchDispatchMode):
+    """Records ops run outside any module (pushed only while no module is running)."""
 
     def __init__(self, rec: StepRecorder) -> None:
         super().__init__()
         self.rec = rec
 
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         rec = self.rec
-        if _compiling() or rec.paused or rec.modules.depth or _tapeops.passes(func):
-            # torch.compile traces this handler for the calls of a compiled function: it sees a
-            # plain call (no graph break), and the compiled region is not on the tape. Passed
-            # through too: the profiler's ops (the ``record_function`` that ``optimizer.step()``
-            # opens before its hooks pause the tape) and the calls of ``_tapeops.passes``
+        if rec.paused or rec.modules.depth or getattr(func, "namespace", None) == "profiler":
+            # profiler ops: the ``record_function`` that ``optimizer.step()`` opens before its
+            # hooks run (and so before the tape is paused) changes nothing a replay needs
             return func(*args, **kwargs)
         return rec._tape_op(func, args, kwargs)
-
-
-_compiling = torch.compiler.is_compiling
-
-
-def _top_function_mode() -> Any:
-    n = torch._C._len_torch_function_stack()
-    return torch._C._get_function_stack_at(n - 1) if n else None
 
 
 class StepRecorder:
@@ -226,7 +216,7 @@ class StepRecorder:
     def tape_off(self) -> None:
         if not self._tape_on:
             return
-        if _top_function_mode() is self._tape:
+        if _get_current_dispatch_mode() is self._tape:
             self._tape.__exit__(None, None, None)
             self._tape_on = False
         # else: another mode was pushed above ours; leave the stack alone, ours passes through
@@ -286,11 +276,10 @@ class StepRecorder:
         return len(outs)
 
     def _tape_op(self, func: Any, args: Any, kwargs: Any) -> Any:
-        info = _tapeops.random_and_writes(func)
+        info = _op_info(func)
         rng = RngState.capture() if info[0] else None
         sargs, skw = self._spec(args), (self._spec(kwargs) if kwargs else kwargs)
-        writes = info[1] or (kwargs and ("out" in kwargs or kwargs.get("inplace") is True))
-        mutated = mutated_args(func, args, kwargs) if writes else []
+        mutated = mutated_args(func, args, kwargs) if info[1] else []
         external = [t for t in mutated if self._made.get(t) is None]
         prelude = None
         flat_args = _flat(args) if not self._forward_started else []
@@ -317,11 +306,8 @@ class StepRecorder:
             ev.generator = (gen, gen.get_state())
         idx = self._append(ev)  # before running it: an op that raises is part of the step too
         out = func(*args, **kwargs)
-        outs = mutated if mutated else _flat(out)
-        if idx >= 0 and not outs and not info[0] and idx == len(self.events) - 1:
-            self.events.pop()  # no tensor made or written (``torch._C._set_grad_enabled``)
-        elif idx >= 0:
-            ev.n_out = self._register_outputs(idx, outs)
+        if idx >= 0:
+            ev.n_out = self._register_outputs(idx, mutated if mutated else _flat(out))
         if not self._forward_started:
             ins = {storage_key(a) for a in flat_args}
             self._fresh.update(k for k in (storage_key(t) for t in _flat(out)) if k not in ins)
@@ -384,7 +370,8 @@ _NO_GRAPH = frozenset({
 
 
 def _builds_graph(func: Any) -> bool:
-    return _tapeops.name_of(func) not in _NO_GRAPH
+    name = getattr(getattr(func, "overloadpacket", None), "__name__", "")
+    return name not in _NO_GRAPH
 
 
 def autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
@@ -403,10 +390,33 @@ def autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
 AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
+_OP_INFO: dict[Any, tuple[bool, bool]] = {}
+
+
+def _op_info(func: Any) -> tuple[bool, bool]:
+    """(draws random numbers, writes an argument in place) — computed once per op."""
+    info = _OP_INFO.get(func)
+    if info is None:
+        name = getattr(func, "__name__", str(func))
+        writes = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
+        info = (any(w in name for w in _RANDOM_WORDS), writes)
+        _OP_INFO[func] = info
+    return info
+
+
 def mutated_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
-    """The tensors a recorded call writes in place (``self`` of ``add_``, ``out=``, the lists of
-    foreach): :func:`nanguard.torch._tapeops.mutated`."""
-    return _tapeops.mutated(func, args, kwargs, _flat)
+    """The tensors an op writes in place (``self`` of ``add_``, ``out=``, the lists of foreach)."""
+    out: list[torch.Tensor] = []
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            if a.kwarg_only:
+                if a.name in kwargs:
+                    out.extend(_flat(kwargs[a.name]))
+            elif i < len(args):
+                out.extend(_flat(args[i]))
+            elif a.name in kwargs:
+                out.extend(_flat(kwargs[a.name]))
+    return out
 
 
 def _replace(obj: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
