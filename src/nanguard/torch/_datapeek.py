@@ -7,12 +7,9 @@ It reads what is already in memory — the tensors and arrays a ``Dataset`` hold
 arrays in the frames of the user's code (``x_all = torch.from_numpy(...)`` sliced into batches
 by hand) — and never calls ``__getitem__``: no user code runs, no random number is drawn.
 
-What counts is **a few** non-finite values among many finite ones (at most
-:data:`MAX_SHARE` of the elements): the signature of a missing cell, a ``log(0)`` target or a
-logger's gap. Tensors that are non-finite by design — a causal mask of ``-inf``, a column of
-``NaN`` the script masks — hold far more, and are left alone. Tensors in the autograd graph
-(weights, activations) are not data and are skipped, as are memory-mapped arrays (reading them
-would page the file in) and anything above :data:`MAX_ELEMENTS` elements.
+What counts, and how it is said, is :mod:`nanguard.core.datalook`'s (a few non-finite values
+among many finite ones); this module says what a dataset holds and how a tensor is read.
+Tensors in the autograd graph (weights, activations) are not data and are skipped.
 """
 
 from __future__ import annotations
@@ -26,34 +23,24 @@ import numpy as np
 import torch
 
 from ..core.controller import StepController
-from ..core.early import EarlyWarning, NonFiniteData
+from ..core.datalook import MAX_ELEMENTS, Counts, Reader, array_counts, is_array_data, warning
+from ..core.early import NonFiniteData
 from ..core.source import user_frames
 
-__all__ = ["DataLook", "peek_dataset", "peek_frames"]
-
-MAX_SHARE = 0.05  # more non-finite elements than this share: by design (a mask, a marker)
-MAX_ELEMENTS = 1 << 27  # larger tensors are not read (a healthy run must not wait for this)
-MAX_ITEMS = 100_000  # a list of per-sample tensors longer than this is not walked
+__all__ = ["TORCH", "DataLook", "peek_dataset", "peek_frames"]
 
 
-def _counts(x: Any) -> tuple[int, int, int, int, int] | None:
+def _counts(x: Any) -> Counts | None:
     """``(nan, inf, rows, first_row, elements)`` of a float tensor or array, ``None`` if all finite."""
-    if isinstance(x, torch.Tensor):
-        if bool(torch.isfinite(x).all()):
-            return None
-        bad = ~torch.isfinite(x)
-        nan = int(torch.isnan(x).sum())
-        per_row = bad.reshape(bad.shape[0], -1).any(1) if x.dim() else bad.reshape(1)
-        idx = torch.nonzero(per_row).flatten()
-        return nan, int(bad.sum()) - nan, int(idx.numel()), int(idx[0]), x.numel()
-    arr = np.asarray(x)
-    fin = np.isfinite(arr)
-    if fin.all():
+    if not isinstance(x, torch.Tensor):
+        return array_counts(np.asarray(x))
+    if bool(torch.isfinite(x).all()):
         return None
-    n_nan = int(np.isnan(arr).sum())
-    rows = (~fin).reshape(fin.shape[0], -1).any(1) if arr.ndim else (~fin).reshape(1)
-    where = np.flatnonzero(rows)
-    return n_nan, int((~fin).sum()) - n_nan, int(where.size), int(where[0]), int(arr.size)
+    bad = ~torch.isfinite(x)
+    nan = int(torch.isnan(x).sum())
+    per_row = bad.reshape(bad.shape[0], -1).any(1) if x.dim() else bad.reshape(1)
+    idx = torch.nonzero(per_row).flatten()
+    return nan, int(bad.sum()) - nan, int(idx.numel()), int(idx[0]), x.numel()
 
 
 def _is_data(x: Any) -> bool:
@@ -61,41 +48,11 @@ def _is_data(x: Any) -> bool:
     if isinstance(x, torch.Tensor):
         return (x.is_floating_point() and not x.requires_grad and x.grad_fn is None
                 and x.layout == torch.strided and x.device.type != "meta" and 0 < x.numel() <= MAX_ELEMENTS)
-    return (isinstance(x, np.ndarray) and not isinstance(x, np.memmap) and x.dtype.kind == "f"
-            and 0 < x.size <= MAX_ELEMENTS)
+    return is_array_data(x)
 
 
-def _shape(x: Any) -> str:
-    dtype = str(x.dtype).replace("torch.", "")
-    return f"{dtype}[{', '.join(map(str, tuple(x.shape)))}]"
-
-
-def _peek(name: str, x: Any) -> NonFiniteData | None:
-    """One value: a float tensor or array, or a list/tuple of per-sample ones."""
-    if _is_data(x):
-        c = _counts(x)
-        if c is None or c[0] + c[1] > MAX_SHARE * c[4]:
-            return None
-        return NonFiniteData(name, _shape(x), c[0], c[1], c[2], c[3], int(x.shape[0]) if x.ndim else 1)
-    if isinstance(x, (list, tuple)) and 1 < len(x) <= MAX_ITEMS and _is_data(x[0]) and _is_data(x[-1]):
-        return _peek_items(name, x)
-    return None
-
-
-def _peek_items(name: str, items: list[Any] | tuple[Any, ...]) -> NonFiniteData | None:
-    nan = inf = rows = elements = 0
-    first = -1
-    for i, t in enumerate(items):
-        if not _is_data(t):
-            return None  # not a list of samples
-        elements += t.numel() if isinstance(t, torch.Tensor) else t.size
-        c = _counts(t)
-        if c is not None:
-            nan, inf, rows = nan + c[0], inf + c[1], rows + 1
-            first = i if first < 0 else first
-    if not rows or nan + inf > MAX_SHARE * elements:
-        return None
-    return NonFiniteData(name, f"list of {len(items)} {type(items[0]).__name__}s", nan, inf, rows, first, len(items))
+#: torch tensors (read on their device) and NumPy arrays
+TORCH = Reader(_is_data, _counts, lambda x: x.numel() if isinstance(x, torch.Tensor) else int(x.size))
 
 
 def _attributes(dataset: Any) -> Iterator[tuple[str, Any]]:
@@ -121,7 +78,7 @@ def peek_dataset(dataset: Any) -> list[NonFiniteData]:
     """The non-finite values ``dataset`` already holds (at a ``DataLoader``'s first iterator)."""
     found: list[NonFiniteData] = []
     for name, value in _attributes(dataset):
-        p = _peek(name, value)
+        p = TORCH.peek(name, value)
         if p is not None:
             found.append(p)
     return found
@@ -130,30 +87,7 @@ def peek_dataset(dataset: Any) -> list[NonFiniteData]:
 def peek_frames(frames: list[FrameType]) -> list[NonFiniteData]:
     """The non-finite values the user's frames hold in their variables (locals and the
     module's globals, each value once)."""
-    seen: set[int] = set()
-    found: list[NonFiniteData] = []
-    spaces: list[dict[str, Any]] = []
-    modules: set[int] = set()
-    for f in frames:
-        spaces.append(dict(f.f_locals))
-        if id(f.f_globals) not in modules:
-            modules.add(id(f.f_globals))
-            spaces.append(f.f_globals)
-    for space in spaces:
-        for name, value in list(space.items()):
-            if id(value) in seen or name.startswith("__"):
-                continue
-            seen.add(id(value))
-            p = _peek(name, value)
-            if p is not None:
-                found.append(p)
-    return found
-
-
-def _warning(found: list[NonFiniteData], step: int, where: str, projected: int | None) -> EarlyWarning:
-    w = found[0].warning(step, where, projected)
-    w.evidence += [f"{p.name}: {p.what}, first in row {p.first_row}" for p in found[1:4]]
-    return w
+    return TORCH.frames(frames)
 
 
 def _projected(loader: Any, found: NonFiniteData, step: int) -> int | None:
@@ -196,7 +130,7 @@ class DataLook:
         except Exception:  # a dataset attribute nanguard cannot read: the look is best-effort
             return
         if found:
-            self.controller.early.add(_warning(found, self.step, "a dataset",
+            self.controller.early.add(warning(found, self.step, "a dataset",
                                                _projected(loader, found[0], self.step)))
 
     def look_at_frames(self) -> None:
@@ -213,5 +147,5 @@ class DataLook:
         except Exception:  # a value nanguard cannot read: the look is best-effort
             return
         if found:
-            self.controller.early.add(_warning(found, max(self.step - 1, 0), "the script's variables",
+            self.controller.early.add(warning(found, max(self.step - 1, 0), "the script's variables",
                                                None))
