@@ -177,7 +177,7 @@ class History:
     def median_update_ratio(self, n: int = 20) -> float | None:
         """Median ``|Δw|/|w|`` over the last ``n`` healthy steps."""
         vals = sorted(
-            r.update_ratio for r in self.healthy()[-n:] if r.update_ratio is not None
+            r.update_ratio for r in self.healthy(n) if r.update_ratio is not None
         )
         return vals[len(vals) // 2] if vals else None
 

@@ -58,7 +58,7 @@ class Level:
     @classmethod
     def of(cls, history: History) -> Level:
         losses = history.series("loss", LEVEL_STEPS)
-        ratios = [r.update_ratio for r in history.healthy()[-LEVEL_STEPS:] if r.update_ratio is not None]
+        ratios = [r.update_ratio for r in history.healthy(LEVEL_STEPS) if r.update_ratio is not None]
         level = ceiling = None
         if losses:
             # the lower quartile: a run that diverged over its last few healthy steps is judged
@@ -247,7 +247,7 @@ def healthy_now(history: History, judge: OutcomeJudge | None = None) -> bool:
         assert cur is not None
         if not cur.met(judge.min_steps):
             return False
-    recent = history.healthy()[-8:]
+    recent = history.healthy(8)
     if not recent:
         return True
     r = recent[-1].update_ratio
