@@ -46,6 +46,7 @@ from ._backend import (
 )
 from ._compat import keras, unwrap_optimizer, var_path
 from ._context import eps_of, record_step, run_context
+from ._datalook import DataLook
 from ._findings import Prepare, finite, locate_step, optimizer_finding
 from .replay import replay_of
 from .snapshot import Snapshotter
@@ -56,7 +57,7 @@ __all__ = ["KerasGuard", "attach"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class KerasGuard(RecoveryCounters):
+class KerasGuard(DataLook, RecoveryCounters):
     """The handle :func:`attach` returns (and what :class:`~nanguard.keras.NanGuard` drives).
 
     Attributes:
@@ -312,6 +313,7 @@ class KerasGuard(RecoveryCounters):
         self._updated = True
         self._record(ran[0][0], ran[0][1], finite=True)
         self._end_step()
+        self.after_healthy_step(ran[0][0])
         maybe_snapshot(self)
         return "healthy"
 

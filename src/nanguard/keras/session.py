@@ -115,6 +115,7 @@ class KerasSession(GuardSession):
                 bound = sig.bind(model, *args, **kwargs)
             except TypeError:
                 return orig(model, *args, **kwargs)
+            session.guard.fit_started(bound.arguments)
             cbs = bound.arguments.get("callbacks")
             guard_cb = NanGuard(guard=session.guard)
             if cbs is None:

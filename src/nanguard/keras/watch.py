@@ -134,6 +134,7 @@ class GuardState:
         self.on_trace: Callable[[Any, list[Any]], None] | None = None
         self.traced = 0
         self.last_count = 0
+        self.dtype_noted = False  # the early warnings know whether its variables are float16
 
     def set_state(self, state_vars: Sequence[Any], metric_vars: Sequence[Any] = (), force: bool = False) -> None:
         """The small non-trainable state kept as it was before a skipped step."""

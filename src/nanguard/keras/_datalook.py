@@ -1,0 +1,121 @@
+"""The Keras guard's looks ahead of the first NaN that read values, not the history: the data.
+
+* ``model.fit(x, y, sample_weight=...)`` — when ``fit`` is called under ``nanguard run`` (the
+  session's wrapper, before Keras builds its data adapter), the NumPy arrays and eager tensors
+  it was given (alone, in a list or a dict) get one ``isfinite`` pass; with ``shuffle=False``
+  the step whose batch holds the first bad row is projected.
+* after the first healthy step — once, the float NumPy arrays and eager tensors in the frames of
+  the user's code (the arrays a ``tf.data`` pipeline or a custom loop slices its batches from).
+* after each optimizer's first healthy step — are its variables float16? Then the early
+  warnings' headroom rule watches the loss and the gradient norm against 65504.
+
+A ``tf.data.Dataset``, a ``PyDataset`` or a generator is never iterated: no user code runs, no
+random number is drawn. What counts as "a few" non-finite values is
+:mod:`nanguard.core.datalook`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..core.controller import StepController
+from ..core.datalook import MAX_ELEMENTS, Reader, array_counts, is_array_data, warning
+from ..core.early import NonFiniteData
+from ..core.source import user_frames
+from ._compat import tf
+from .watch import GuardState
+
+__all__ = ["KERAS", "DataLook", "fit_arrays"]
+
+FLOAT16_MAX = 65504.0
+
+
+def _is_data(x: Any) -> bool:
+    """A float NumPy array or eager (not symbolic) TensorFlow tensor, not huge."""
+    if isinstance(x, tf.Tensor):
+        return (hasattr(x, "numpy") and x.dtype.is_floating and x.shape.is_fully_defined()
+                and 0 < x.shape.num_elements() <= MAX_ELEMENTS)
+    return is_array_data(x)
+
+
+def _size(x: Any) -> int:
+    return int(x.shape.num_elements()) if isinstance(x, tf.Tensor) else int(x.size)
+
+
+#: TensorFlow's eager tensors (read as NumPy) and NumPy arrays
+KERAS = Reader(_is_data, lambda x: array_counts(np.asarray(x.numpy() if isinstance(x, tf.Tensor) else x)),
+               _size)
+
+
+def _flat(name: str, value: Any) -> list[tuple[str, Any]]:
+    """A ``fit`` argument's arrays: itself, or one level into a list, tuple or dict."""
+    if isinstance(value, Mapping):
+        return [(f"{name}[{k!r}]", v) for k, v in value.items()]
+    if isinstance(value, (list, tuple)):  # a model of several inputs (or outputs)
+        return [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    return [(name, value)]
+
+
+def fit_arrays(arguments: Mapping[str, Any]) -> list[NonFiniteData]:
+    """What the arrays handed to ``fit`` hold (``x``, ``y``, ``sample_weight``)."""
+    values = [pair for k in ("x", "y", "sample_weight") if arguments.get(k) is not None
+              for pair in _flat(k, arguments[k])]
+    return KERAS.named(values)
+
+
+def _projected(arguments: Mapping[str, Any], found: NonFiniteData, step: int) -> int | None:
+    """With ``shuffle=False`` the batches come in order: the step that reads the first bad row
+    (within the first epoch, before the ``validation_split`` tail)."""
+    if arguments.get("shuffle", True) is not False or not found.name.startswith(("x", "y", "sample_weight")):
+        return None
+    bs = arguments.get("batch_size") or 32  # Keras' default for arrays
+    split = float(arguments.get("validation_split") or 0.0)
+    train_rows = math.floor(found.total_rows * (1.0 - split))
+    if found.first_row >= train_rows:
+        return None
+    return step + found.first_row // int(bs)
+
+
+class DataLook:
+    """The Keras guard's look at the data ahead (a mixin of :class:`~nanguard.keras.guard.KerasGuard`)."""
+
+    controller: StepController
+    step: int
+    _frames_looked = False
+
+    def _said(self) -> bool:
+        return "data-nonfinite" in {w.kind for w in self.controller.early.warnings}
+
+    def fit_started(self, arguments: Mapping[str, Any]) -> None:
+        """``model.fit`` was called (before its first step): look once at the arrays it was given."""
+        if self._said():
+            return
+        try:
+            found = fit_arrays(arguments)
+        except Exception:  # a value nanguard cannot read: the look is best-effort
+            return
+        if found:
+            self.controller.early.add(warning(found, self.step, "an argument of fit",
+                                              _projected(arguments, found[0], self.step)))
+
+    def after_healthy_step(self, state: GuardState) -> None:
+        """After a healthy step's record (the step counter already moved on)."""
+        if not state.dtype_noted:
+            state.dtype_noted = True
+            if any(getattr(v, "dtype", None) in ("float16", tf.float16) for v in state.var_refs):
+                self.controller.early.low_max = FLOAT16_MAX
+        if self._frames_looked:
+            return
+        self._frames_looked = True
+        if self._said():
+            return
+        try:
+            found = KERAS.frames(user_frames(2))
+        except Exception:  # a value nanguard cannot read: the look is best-effort
+            return
+        if found:
+            self.controller.early.add(warning(found, max(self.step - 1, 0), "the script's variables", None))
