@@ -2,9 +2,11 @@
 
     python benchmarks/early.py                 # the torch suite and the held-out rounds, 2 at a time
     python benchmarks/early.py --jobs 1 --json out.json
+    python benchmarks/early.py --keras         # the Keras suite and its held-out round instead
 
 Every scenario of ``benchmarks/scenarios`` (the suite), ``scenarios/holdout`` and
-``scenarios/holdout_lr`` (written by people who had not read the code) runs under
+``scenarios/holdout_lr`` (written by people who had not read the code) — with ``--keras``,
+``scenarios/keras`` and ``scenarios/keras/holdout`` — runs under
 ``nanguard run --json`` (policy ``raise``). For a failing scenario the table gives the step of its
 first non-finite value, the step of the first early warning and the lead (how many steps before);
 for a healthy one, any warning is a false alarm. Scored as the issue asks: among failing scenarios
@@ -28,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from diagnose import SCENARIOS_DIR, Scenario, _env, discover, nanguard_command
 
 DIRS = (SCENARIOS_DIR, SCENARIOS_DIR / "holdout", SCENARIOS_DIR / "holdout_lr")
+KERAS_DIRS = (SCENARIOS_DIR / "keras", SCENARIOS_DIR / "keras" / "holdout")
 MIN_STEP, MIN_LEAD = 5, 3
 
 
@@ -53,11 +56,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--keras", action="store_true", help="the Keras scenarios instead of the torch ones")
     a = p.parse_args()
-    scenarios = [s for d in DIRS for s in discover(directory=d)]
+    scenarios = [s for d in (KERAS_DIRS if a.keras else DIRS) for s in discover(directory=d)]
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
         rows = list(pool.map(run, scenarios))
-    print(f"# python benchmarks/early.py --jobs {a.jobs}\n")
+    print(f"# python benchmarks/early.py --jobs {a.jobs}{' --keras' if a.keras else ''}\n")
     print("| scenario | first NaN step | first warning step | lead | kind |")
     print("|---|---|---|---|---|")
     for r in rows:
@@ -65,7 +69,8 @@ def main() -> int:
             continue
         lead = "-" if r["lead"] is None else str(r["lead"])
         warned = "-" if r["first_warning"] is None else r["first_warning"]
-        print(f"| {r['suite']}/{r['name']} | {r['first_nan']} | {warned} | {lead} "
+        suite = "keras/holdout" if a.keras and r["suite"] == "holdout" else r["suite"]
+        print(f"| {suite}/{r['name']} | {r['first_nan']} | {warned} | {lead} "
               f"| {r['kind'] or '-'} |")
     late = [r for r in rows if not r["healthy"] and r["first_nan"] is not None and r["first_nan"] >= MIN_STEP]
     ahead = [r for r in late if r["lead"] is not None and r["lead"] >= MIN_LEAD]
