@@ -71,6 +71,28 @@ def test_a_shuffled_loader_or_a_subset_has_no_projected_step() -> None:
     assert [(w.kind, w.projected_step) for w in sub] == [("data-nonfinite", None)]
 
 
+class _Windows(Dataset):  # type: ignore[type-arg]
+    """Windows of 8 rows over one series: sample i reads rows i..i+7, so rows are not samples."""
+
+    def __init__(self, series: torch.Tensor, target: torch.Tensor) -> None:
+        self.series, self.target = series, target
+
+    def __len__(self) -> int:
+        return len(self.series) - 7
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.series[i:i + 8].mean(0), self.target[i + 7]
+
+
+def test_a_dataset_whose_rows_are_not_its_samples_has_no_projected_step() -> None:
+    x, y = _table()
+    warnings, nan_step, _ = _train(lambda: DataLoader(_Windows(x, y), batch_size=32))
+    (w,) = warnings
+    assert (w.kind, w.step, w.projected_step) == ("data-nonfinite", 0, None)
+    assert "holds 1 NaN in 1 of its 640 rows (first: row 333)" in w.message
+    assert nan_step == 10  # window 326..333 is sample 326, in batch 10; the projection would be luck
+
+
 class _Samples(Dataset):  # type: ignore[type-arg]
     """Per-sample tensors in a list, as a CSV parser builds them; counts ``__getitem__`` calls."""
 

@@ -92,12 +92,18 @@ def peek_frames(frames: list[FrameType]) -> list[NonFiniteData]:
 
 def _projected(loader: Any, found: NonFiniteData, step: int) -> int | None:
     """The step whose batch holds the first bad row: known for a sequential, batched loader
-    over the dataset that holds it (not through a ``Subset``), and within the first epoch."""
+    over the dataset that holds it (not through a ``Subset``) whose rows are its samples (a
+    dataset of windows over one series has more rows than samples), within the first epoch."""
     from torch.utils.data import SequentialSampler
 
     ds, bs = loader.dataset, getattr(loader, "batch_size", None)
     if (not isinstance(getattr(loader, "sampler", None), SequentialSampler) or not bs
             or hasattr(ds, "dataset") or hasattr(ds, "datasets")):
+        return None
+    try:
+        if len(ds) != found.total_rows:
+            return None
+    except TypeError:  # a dataset without __len__
         return None
     return step + found.first_row // int(bs)
 
