@@ -26,7 +26,7 @@ from typing import Any
 from .config import POLICIES
 from .diagnosis import Diagnosis
 from .taxonomy import Cause
-from .trials import lr_candidates
+from .trials import changes, lr_candidates
 
 __all__ = ["ROLLBACK", "UNFIXABLE", "Action", "Recovery", "RecoveryCounters", "loss_scale_gave_up"]
 
@@ -57,14 +57,7 @@ class Action:
     set_eps: float | None = None
 
     def describe(self) -> str:
-        parts = [self.kind.replace("_", " ")]
-        if self.lr_factor is not None:
-            parts.append(f"learning rate ×{self.lr_factor:g}")
-        if self.clip_norm is not None:
-            parts.append(f"clip gradients at {self.clip_norm:.3g}")
-        if self.set_eps is not None:
-            parts.append(f"eps={self.set_eps:g}")
-        return " + ".join(parts)
+        return " + ".join([self.kind.replace("_", " "), *changes(self.lr_factor, self.clip_norm, self.set_eps)])
 
 
 @dataclass

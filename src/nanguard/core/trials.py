@@ -37,14 +37,21 @@ class Fix:
     eps: float | None = None
 
     def describe(self) -> str:
-        parts = []
-        if self.lr_factor is not None:
-            parts.append(f"learning rate ×{self.lr_factor:.2g}")
-        if self.clip_norm is not None:
-            parts.append(f"clip gradients at {self.clip_norm:.3g}")
-        if self.eps is not None:
-            parts.append(f"eps={self.eps:g}")
-        return " + ".join(parts) or "no change"
+        return " + ".join(changes(self.lr_factor, self.clip_norm, self.eps, lr_format=".2g")) or "no change"
+
+
+def changes(lr_factor: float | None, clip_norm: float | None, eps: float | None,
+            lr_format: str = "g") -> list[str]:
+    """The words for a change to the update ("learning rate ×0.1", "clip gradients at 3",
+    "eps=1e-08"), for a fix tried and for the action taken."""
+    parts = []
+    if lr_factor is not None:
+        parts.append(f"learning rate ×{lr_factor:{lr_format}}")
+    if clip_norm is not None:
+        parts.append(f"clip gradients at {clip_norm:.3g}")
+    if eps is not None:
+        parts.append(f"eps={eps:g}")
+    return parts
 
 
 @dataclass(frozen=True)
