@@ -71,6 +71,15 @@ def test_a_shuffled_loader_or_a_subset_has_no_projected_step() -> None:
     assert [(w.kind, w.projected_step) for w in sub] == [("data-nonfinite", None)]
 
 
+def test_the_earliest_bad_row_of_a_dataset_is_the_one_projected() -> None:
+    x, y = _table()
+    y[70, 0] = float("inf")
+    warnings, nan_step, _ = _train(lambda: DataLoader(TensorDataset(x, y), batch_size=32))
+    (w,) = warnings
+    assert (w.projected_step, nan_step) == (70 // 32, 70 // 32)
+    assert w.message.startswith("`TensorDataset.tensors[1]` (a dataset) holds 1 Inf")
+
+
 class _Windows(Dataset):  # type: ignore[type-arg]
     """Windows of 8 rows over one series: sample i reads rows i..i+7, so rows are not samples."""
 

@@ -15,7 +15,7 @@ if keras.backend.backend() != "tensorflow":  # pragma: no cover
     pytest.skip("the Keras adapter needs the TensorFlow backend", allow_module_level=True)
 
 from nanguard import NonFiniteError  # noqa: E402
-from nanguard.keras._datalook import fit_arrays  # noqa: E402
+from nanguard.keras._datalook import _projected, fit_arrays  # noqa: E402
 from nanguard.keras.session import KerasSession  # noqa: E402
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -80,6 +80,52 @@ def test_fit_arrays_in_a_dict_and_shuffled_data_project_no_step(session: KerasSe
     (w,) = _warnings(session)
     assert (w["kind"], w["projected_step"]) == ("data-nonfinite", None)
     assert "`x` (an argument of fit)" in w["message"] and any("y: float32[256, 1]" in e for e in w["evidence"])
+
+
+@pytest.mark.parametrize(("fit", "projected"), [
+    ({"batch_size": 32}, 6),
+    ({"steps_per_epoch": 4}, 3),  # Keras's batch size: ceil(256 / 4) = 64
+    ({"batch_size": 32, "steps_per_epoch": 2, "epochs": 3}, None),  # fit runs 6 steps: never read
+    ({"batch_size": 32, "steps_per_epoch": 4, "epochs": 3}, 6),  # one iterator across the epochs
+    ({"batch_size": 32, "validation_split": 0.25}, None),  # row 200 is in the validation tail
+    ({"batch_size": 32, "validation_split": 0.5, "validation_data": ("xv", "yv")}, 6),  # split ignored
+    ({"batch_size": 32, "shuffle": np.False_}, 6),
+    ({"batch_size": 32, "shuffle": "batch"}, None),
+])
+def test_the_projected_step_is_the_batch_keras_reads_the_row_in(fit: dict[str, Any], projected: int | None) -> None:
+    x, y = _data()
+    x[200, 1] = np.nan
+    (found,) = fit_arrays({"x": x, "y": y})
+    assert _projected({"shuffle": False, **fit}, found, 0) == projected
+
+
+def test_the_earliest_bad_row_is_projected_and_nested_inputs_are_read_leaf_by_leaf(session: KerasSession) -> None:
+    x, y = _data()
+    x[200, 1], y[70, 0] = np.nan, np.inf
+    a, b = x[:, :2].copy(), x[:, 2:].copy()
+    assert [(f.name, f.rows, f.total_rows, f.first_row) for f in fit_arrays({"x": {"in": [a, b]}})] == [
+        ("x['in'][0]", 1, 256, 200)]
+    with pytest.raises(NonFiniteError):
+        _model().fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0)
+    (w,) = _warnings(session)
+    assert w["projected_step"] == 70 // 32 and w["message"].startswith("`y` (an argument of fit) holds 1 Inf")
+    assert session.guard.findings[0][0].step == 70 // 32
+
+
+def test_arrays_read_at_one_fit_are_not_read_again() -> None:
+    x, y = _data()
+    x[5, 0] = np.nan
+    looked: dict[int, Any] = {}
+    assert [f.name for f in fit_arrays({"x": x, "y": y}, looked)] == ["x"]
+    assert fit_arrays({"x": x, "y": y}, looked) == []
+    assert [f.name for f in fit_arrays({"x": x.copy()}, looked)] == ["x"]
+
+
+def test_mixed_float16_keeps_float32_variables_and_the_headroom_rule_off(session: KerasSession) -> None:
+    keras.config.set_dtype_policy("mixed_float16")
+    x, y = _data(64)
+    _model(opt=keras.optimizers.SGD(1e-3)).fit(x, y, batch_size=32, epochs=1, verbose=0)
+    assert session.guard.controller.early.low_max is None and _warnings(session) == []
 
 
 def test_masks_and_clean_data_are_not_warned(session: KerasSession) -> None:

@@ -17,6 +17,7 @@ random number is drawn. What counts as "a few" non-finite values is
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,32 +53,53 @@ KERAS = Reader(_is_data, lambda x: array_counts(np.asarray(x.numpy() if isinstan
 
 
 def _flat(name: str, value: Any) -> list[tuple[str, Any]]:
-    """A ``fit`` argument's arrays: itself, or one level into a list, tuple or dict."""
+    """A ``fit`` argument's arrays: itself, or every leaf of the lists, tuples and dicts it nests
+    (a model of several inputs or outputs); a leaf is never read as a list of samples."""
     if isinstance(value, Mapping):
-        return [(f"{name}[{k!r}]", v) for k, v in value.items()]
-    if isinstance(value, (list, tuple)):  # a model of several inputs (or outputs)
-        return [(f"{name}[{i}]", v) for i, v in enumerate(value)]
-    return [(name, value)]
+        return [pair for k, v in value.items() for pair in _flat(f"{name}[{k!r}]", v)]
+    if isinstance(value, (list, tuple)):
+        return [pair for i, v in enumerate(value) for pair in _flat(f"{name}[{i}]", v)]
+    return [(name, value)] if _is_data(value) else []
 
 
-def fit_arrays(arguments: Mapping[str, Any]) -> list[NonFiniteData]:
-    """What the arrays handed to ``fit`` hold (``x``, ``y``, ``sample_weight``)."""
+def fit_arrays(arguments: Mapping[str, Any], looked: dict[int, weakref.ref[Any]] | None = None) -> list[NonFiniteData]:
+    """What the arrays handed to ``fit`` hold (``x``, ``y``, ``sample_weight``); those in
+    ``looked`` (read at an earlier ``fit``, by ``id`` with a weak reference, as NumPy arrays are
+    not hashable) are not read again, the others are added to it."""
     values = [pair for k in ("x", "y", "sample_weight") if arguments.get(k) is not None
               for pair in _flat(k, arguments[k])]
+    if looked is not None:
+        fresh = []
+        for name, v in values:
+            ref = looked.get(id(v))
+            if ref is not None and ref() is v:
+                continue
+            try:
+                looked[id(v)] = weakref.ref(v)
+            except TypeError:  # not weakly referable: read it each time
+                pass
+            fresh.append((name, v))
+        values = fresh
     return KERAS.named(values)
 
 
 def _projected(arguments: Mapping[str, Any], found: NonFiniteData, step: int) -> int | None:
-    """With ``shuffle=False`` the batches come in order: the step that reads the first bad row
-    (within the first epoch, before the ``validation_split`` tail)."""
-    if arguments.get("shuffle", True) is not False or not found.name.startswith(("x", "y", "sample_weight")):
+    """With ``shuffle=False`` the batches come in order: the step that reads the first bad row,
+    before the ``validation_split`` tail and within the steps ``fit`` runs. The batch size is
+    Keras's: ``batch_size``, else ``ceil(rows / steps_per_epoch)``, else 32."""
+    if arguments.get("shuffle", True) or not found.name.startswith(("x", "y", "sample_weight")):
         return None
-    bs = arguments.get("batch_size") or 32  # Keras' default for arrays
-    split = float(arguments.get("validation_split") or 0.0)
+    split = 0.0 if arguments.get("validation_data") is not None else float(arguments.get("validation_split") or 0.0)
     train_rows = math.floor(found.total_rows * (1.0 - split))
     if found.first_row >= train_rows:
         return None
-    return step + found.first_row // int(bs)
+    per_epoch = arguments.get("steps_per_epoch")
+    bs = int(arguments.get("batch_size") or (math.ceil(train_rows / int(per_epoch)) if per_epoch else 32))
+    ahead = found.first_row // bs
+    epochs = int(arguments.get("epochs") or 1) - int(arguments.get("initial_epoch") or 0)
+    if per_epoch and ahead >= int(per_epoch) * epochs:  # one iterator across epochs: fit runs no more
+        return None
+    return step + ahead
 
 
 class DataLook:
@@ -86,28 +108,35 @@ class DataLook:
     controller: StepController
     step: int
     _frames_looked = False
+    _fit_looked: dict[int, weakref.ref[Any]] | None = None
 
     def _said(self) -> bool:
         return "data-nonfinite" in {w.kind for w in self.controller.early.warnings}
 
     def fit_started(self, arguments: Mapping[str, Any]) -> None:
-        """``model.fit`` was called (before its first step): look once at the arrays it was given."""
+        """``model.fit`` was called (before its first step): look at the arrays it was given,
+        until one holds a few NaN/Inf (each array once)."""
         if self._said():
             return
+        if self._fit_looked is None:
+            self._fit_looked = {}
         try:
-            found = fit_arrays(arguments)
+            found = sorted(fit_arrays(arguments, self._fit_looked), key=lambda p: p.first_row)
+            if found:
+                self.controller.early.add(warning(found, self.step, "an argument of fit",
+                                                  _projected(arguments, found[0], self.step)))
         except Exception:  # a value nanguard cannot read: the look is best-effort
             return
-        if found:
-            self.controller.early.add(warning(found, self.step, "an argument of fit",
-                                              _projected(arguments, found[0], self.step)))
 
     def after_healthy_step(self, state: GuardState) -> None:
         """After a healthy step's record (the step counter already moved on)."""
         if not state.dtype_noted:
             state.dtype_noted = True
-            if any(getattr(v, "dtype", None) in ("float16", tf.float16) for v in state.var_refs):
-                self.controller.early.low_max = FLOAT16_MAX
+            try:
+                if any(getattr(v, "dtype", None) in ("float16", tf.float16) for v in state.var_refs):
+                    self.controller.early.low_max = FLOAT16_MAX
+            except Exception:  # a variable nanguard cannot read: the rule stays off
+                pass
         if self._frames_looked:
             return
         self._frames_looked = True
@@ -115,7 +144,7 @@ class DataLook:
             return
         try:
             found = KERAS.frames(user_frames(2))
+            if found:
+                self.controller.early.add(warning(found, max(self.step - 1, 0), "the script's variables", None))
         except Exception:  # a value nanguard cannot read: the look is best-effort
             return
-        if found:
-            self.controller.early.add(warning(found, max(self.step - 1, 0), "the script's variables", None))

@@ -132,12 +132,12 @@ class DataLook:
         except TypeError:  # a dataset that takes no weak reference: looked at each epoch
             pass
         try:
-            found = peek_dataset(ds)
+            found = sorted(peek_dataset(ds), key=lambda p: p.first_row)  # the earliest bad row first
+            if found:
+                self.controller.early.add(warning(found, self.step, "a dataset",
+                                                   _projected(loader, found[0], self.step)))
         except Exception:  # a dataset attribute nanguard cannot read: the look is best-effort
             return
-        if found:
-            self.controller.early.add(warning(found, self.step, "a dataset",
-                                               _projected(loader, found[0], self.step)))
 
     def look_at_frames(self) -> None:
         """At the end of the first healthy step (the step counter already moved on): once, the
