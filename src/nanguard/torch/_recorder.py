@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,6 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ..core.source import SourceLocation, user_frame
 from ._modules import ModuleStack, storage_key
@@ -108,6 +108,31 @@ class Backward:
 Event = TapeOp | RootCall | Backward
 
 
+#: containers :meth:`StepRecorder._spec` looks into
+_NESTED = (list, tuple, dict)
+
+
+class MadeRefs:
+    """tensor -> :class:`Ref` of the event that made it, holding the tensor weakly.
+
+    Keyed by ``id`` with a weak reference beside it (an ``id`` reused by a new tensor after the
+    old one died finds a dead reference: a miss): about a tenth of the cost of
+    ``WeakIdKeyDictionary``, whose every lookup builds a ``WeakIdRef`` — read per argument of
+    every op on the tape, every step. Made anew each step."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self) -> None:
+        self._d: dict[int, tuple[weakref.ref[torch.Tensor], Ref]] = {}
+
+    def get(self, t: torch.Tensor) -> Ref | None:
+        e = self._d.get(id(t))
+        return e[1] if e is not None and e[0]() is t else None
+
+    def __setitem__(self, t: torch.Tensor, ref: Ref) -> None:
+        self._d[id(t)] = (weakref.ref(t), ref)
+
+
 def _carry_key(t: torch.Tensor) -> tuple[int, tuple[int, ...], torch.dtype]:
     return storage_key(t), tuple(t.shape), t.dtype
 
@@ -130,6 +155,8 @@ def carried_inputs(rec: StepRecorder) -> list[torch.Tensor]:
 def _flat(obj: Any) -> list[torch.Tensor]:
     """Tensors in a module's inputs or outputs: nested lists, tuples, dicts and dataclasses
     (a model returning ``Output(loss=..., logits=...)``), in a fixed order."""
+    if isinstance(obj, torch.Tensor):  # the usual op output: no walk
+        return [obj]
     out: list[torch.Tensor] = []
 
     def rec(o: Any, depth: int) -> None:
@@ -183,7 +210,7 @@ class StepRecorder:
         self.events: list[Event] = []
         self.truncated = False
         self.paused = 0
-        self._made: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> Ref
+        self._made = MadeRefs()  # tensor -> Ref
         self._tape = _Tape(self)
         self._tape_on = False
         self.enabled = True
@@ -239,7 +266,7 @@ class StepRecorder:
         self.prev_outputs, self._outputs = self._outputs, set()
         self.events = []
         self.truncated = False
-        self._made = WeakIdKeyDictionary()
+        self._made = MadeRefs()
         self._forward_started = False
         self._fresh = set()  # storages allocated by this step's ops before its forward
         self._nograd_calls = 0
@@ -247,11 +274,21 @@ class StepRecorder:
         self.stood_aside = self.loaded_batch = False
 
     def _spec(self, obj: Any) -> Any:
+        """``obj`` with each tensor an earlier event made replaced by its :class:`Ref`."""
         if isinstance(obj, torch.Tensor):
             ref = self._made.get(obj)
             return ref if ref is not None else obj
         if isinstance(obj, (list, tuple)):
-            items = [self._spec(v) for v in obj]
+            made = self._made.get
+            items = []
+            for v in obj:  # inline for the usual flat arguments (tensors, ints, dtypes)
+                if isinstance(v, torch.Tensor):
+                    ref = made(v)
+                    items.append(ref if ref is not None else v)
+                elif isinstance(v, _NESTED):
+                    items.append(self._spec(v))
+                else:
+                    items.append(v)
             return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
         if isinstance(obj, dict):
             return {k: self._spec(v) for k, v in obj.items()}
@@ -263,7 +300,7 @@ class StepRecorder:
                 # set-up before the forward pass (a 400-layer model's initialisation fills the
                 # tape): none of it is needed to re-run the step; its results become inputs
                 self.events = []
-                self._made = WeakIdKeyDictionary()
+                self._made = MadeRefs()
             else:
                 self.truncated = True
                 return -1
