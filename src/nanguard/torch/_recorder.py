@@ -280,7 +280,7 @@ class StepRecorder:
             return ref if ref is not None else obj
         if isinstance(obj, (list, tuple)):
             made = self._made.get
-            items = []
+            items: list[Any] = []
             for v in obj:  # inline for the usual flat arguments (tensors, ints, dtypes)
                 if isinstance(v, torch.Tensor):
                     ref = made(v)
