@@ -135,3 +135,77 @@ def test_an_evaluation_under_inference_mode_leaves_no_stale_dispatch_key() -> No
             evaluate()  # a DataLoader made after the first evaluation: torch.empty inside
             assert torch.empty(()).shape == ()
     assert guard.findings == []
+
+
+def _grad_rollout(policy: nn.Module, n: int) -> torch.Tensor:
+    """REINFORCE as pytorch/examples writes it: a forward *with* grad per environment step, a
+    Categorical sample, its log-prob kept for the update (a dozen ops outside modules each)."""
+    obs, logps = torch.zeros(4), []
+    for _ in range(n):
+        dist = torch.distributions.Categorical(probs=torch.softmax(policy(obs), dim=-1))
+        a = dist.sample()
+        logps.append(dist.log_prob(a))
+        obs = torch.tanh(obs + (0.1 if int(a) else -0.1) + 0.05 * torch.randn(4))
+    return torch.stack(logps)
+
+
+def test_a_full_tape_stands_aside_for_the_rest_of_the_step_and_the_next_records_again() -> None:
+    from nanguard.torch import _recorder
+
+    torch.manual_seed(0)
+    policy = _policy()
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    taped: list[int] = []
+    orig = _recorder._Tape.__torch_dispatch__
+
+    def counting(self: _recorder._Tape, func: object, types: object, args: object = (),
+                 kwargs: object = None) -> object:
+        taped.append(1)
+        return orig(self, func, types, args, kwargs)
+
+    with nanguard.attach(policy, opt) as guard:
+        rec = guard.recorder
+        rec.max_events = 200
+        _recorder._Tape.__torch_dispatch__ = counting  # type: ignore[method-assign]
+        try:
+            logps = _grad_rollout(policy, 5)  # fits in the tape
+            assert not rec.truncated and not rec.stood_aside
+            small = len(taped)
+            logps = torch.cat([logps, _grad_rollout(policy, 100)])
+            assert rec.truncated and rec.stood_aside and len(rec.events) == 200
+            # once full, ops pass until the next model call pops the tape, which stays off
+            assert not rec._tape_on and torch._C._len_torch_dispatch_stack() == 0
+            assert len(taped) < 200 + 3 * small
+            opt.zero_grad()
+            (-logps.sum()).backward()
+            opt.step()
+            assert guard.findings == [] and not rec.truncated and rec._tape_on  # the next step
+            _grad_rollout(policy, 2)
+            assert any(isinstance(e, RootCall) and e.grad_enabled for e in rec.events)
+        finally:
+            _recorder._Tape.__torch_dispatch__ = orig  # type: ignore[method-assign]
+
+
+def test_ops_outside_modules_that_cannot_make_a_nan_are_not_taped_and_one_that_raises_is() -> None:
+    from nanguard.torch._recorder import TapeOp
+
+    torch.manual_seed(0)
+    policy = _policy()
+    opt = torch.optim.SGD(policy.parameters(), lr=1e-2)
+    with nanguard.attach(policy, opt) as guard:
+        rec = guard.recorder
+        out = policy(torch.randn(3, 4))  # the forward has started
+        mask = out > 0  # a bool: cannot be NaN
+        assert int(mask.sum()) >= 0  # an int, and .item()
+        kept = torch.where(mask, out, torch.zeros_like(out))
+        ops = [str(e.func) for e in rec.events if isinstance(e, TapeOp)]
+        assert not any(o.startswith(("aten.gt", "aten.sum", "aten._local_scalar_dense")) for o in ops), ops
+        (where,) = [e for e in rec.events if isinstance(e, TapeOp) and str(e.func).startswith("aten.where")]
+        assert where.args[0] is mask  # an input from outside the tape, as it was
+        with pytest.raises(RuntimeError):
+            torch.cat([out, torch.zeros(2, 5)])  # raises: part of the step, so on the tape
+        last = rec.events[-1]
+        assert isinstance(last, TapeOp) and str(last.func).startswith("aten.cat")
+        kept.sum().backward()
+        opt.step()
+    assert guard.findings == []

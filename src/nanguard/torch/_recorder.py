@@ -42,12 +42,25 @@ _RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "unifo
                  "cauchy", "geometric", "poisson", "random")
 
 
-@dataclass(frozen=True)
 class Ref:
-    """A tensor made by an earlier event: ``(event index, output index)``."""
+    """A tensor made by an earlier event: ``(event index, output index)``. Immutable by
+    convention; a plain slotted class, since one is made per output of every op on the tape
+    (a frozen dataclass's ``__init__`` costs ~1 µs more)."""
 
-    event: int
-    out: int
+    __slots__ = ("event", "out")
+
+    def __init__(self, event: int, out: int) -> None:
+        self.event = event
+        self.out = out
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Ref) and self.event == other.event and self.out == other.out
+
+    def __hash__(self) -> int:
+        return hash((self.event, self.out))
+
+    def __repr__(self) -> str:
+        return f"Ref(event={self.event}, out={self.out})"
 
 
 @dataclass
@@ -106,6 +119,16 @@ class Backward:
 
 
 Event = TapeOp | RootCall | Backward
+
+
+_NOT_RUN = object()
+
+
+def _makes_floats(out: Any) -> bool:
+    """Does an op's output hold a floating-point or complex tensor (a value that can be NaN)?"""
+    if isinstance(out, torch.Tensor):
+        return out.is_floating_point() or out.is_complex()
+    return any(t.is_floating_point() or t.is_complex() for t in _flat(out))
 
 
 #: containers :meth:`StepRecorder._spec` looks into
@@ -188,7 +211,7 @@ class _Tape(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         rec = self.rec
-        if rec.paused or rec.modules.depth or getattr(func, "namespace", None) == "profiler":
+        if rec.paused or rec.modules.depth or rec.truncated or getattr(func, "namespace", None) == "profiler":
             # profiler ops: the ``record_function`` that ``optimizer.step()`` opens before its
             # hooks run (and so before the tape is paused) changes nothing a replay needs
             return func(*args, **kwargs)
@@ -200,8 +223,11 @@ class StepRecorder:
 
     ``max_events`` bounds the tape of one step. Before the step's forward pass starts (building
     a model, preparing a batch: what the first step of a script records) a full tape is emptied
-    and the replay treats what those events made as coming from outside; after it, further
-    events are not recorded (``truncated``).
+    and the replay treats what those events made as coming from outside; after it, the recorder
+    stands aside for the rest of the step (``truncated``): nothing more can be replayed, so the
+    ops pass through until the next model call pops the tape, which stays off until the next
+    step (a REINFORCE episode of 500 forwards with grad, ~35 ops outside modules each, fills
+    the tape after ~120 of them).
     """
 
     def __init__(self, modules: ModuleStack, max_events: int = 4096) -> None:
@@ -235,7 +261,8 @@ class StepRecorder:
 
     # --- tape push/pop --------------------------------------------------------------------------
     def tape_on(self) -> None:
-        if self._tape_on or not self.enabled or not self.resume_tape or self.paused or self._disarmed:
+        if (self._tape_on or not self.enabled or not self.resume_tape or self.paused or self._disarmed
+                or self.truncated):
             return
         self._tape.__enter__()
         self._tape_on = True
@@ -302,7 +329,7 @@ class StepRecorder:
                 self.events = []
                 self._made = MadeRefs()
             else:
-                self.truncated = True
+                self.truncated = self.stood_aside = True  # see the class docstring
                 return -1
         self.events.append(ev)
         return len(self.events) - 1
@@ -314,6 +341,26 @@ class StepRecorder:
 
     def _tape_op(self, func: Any, args: Any, kwargs: Any) -> Any:
         info = _op_info(func)
+        if self._forward_started and not info[0] and not info[1]:  # draws nothing, writes nothing
+            try:
+                out = func(*args, **kwargs)
+            except Exception:
+                # an op that raises is part of the step (multinomial on NaN probabilities): record
+                # it and run it again, so the replay meets its inputs
+                return self._record_op(func, info, args, kwargs)
+            if not _makes_floats(out):
+                # a comparison, a count, an index, ``.item()``: it cannot make a NaN and writes
+                # nothing, so it is not recorded; an op that uses its result finds it as an input
+                # from outside, with the value it had (a Categorical's argument checks, sampled
+                # from a distribution: most of an RL step's ops outside modules)
+                return out
+            return self._record_op(func, info, args, kwargs, out)
+        return self._record_op(func, info, args, kwargs)
+
+    def _record_op(self, func: Any, info: tuple[bool, bool], args: Any, kwargs: Any,
+                   ran: Any = _NOT_RUN) -> Any:
+        """Record one op on the tape, then run it — or take ``ran``, its output, when it already
+        ran (only an op that draws no random numbers and writes no argument)."""
         rng = RngState.capture() if info[0] else None
         sargs, skw = self._spec(args), (self._spec(kwargs) if kwargs else kwargs)
         mutated = mutated_args(func, args, kwargs) if info[1] else []
@@ -338,11 +385,11 @@ class StepRecorder:
         ev = TapeOp(func, sargs, skw, torch.is_grad_enabled(), user_frame(3), rng)
         ev.prelude = prelude
         gen = kwargs.get("generator") if kwargs else None
-        if isinstance(gen, torch.Generator):
+        if gen is not None and isinstance(gen, torch.Generator):
             # torch.randint(..., generator=g): the replay must draw the same numbers from g
             ev.generator = (gen, gen.get_state())
         idx = self._append(ev)  # before running it: an op that raises is part of the step too
-        out = func(*args, **kwargs)
+        out = func(*args, **kwargs) if ran is _NOT_RUN else ran
         if idx >= 0:
             ev.n_out = self._register_outputs(idx, mutated if mutated else _flat(out))
         if not self._forward_started:
@@ -352,7 +399,7 @@ class StepRecorder:
 
     def root_enter(self, mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.tape_off()
-        if self.paused or not self.enabled:
+        if self.paused or not self.enabled or self.truncated:
             return
         grad = torch.is_grad_enabled()
         if not grad:
