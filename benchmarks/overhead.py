@@ -14,8 +14,9 @@ Fairness: nanguard's hooks are global, so a plain step timed while a guard is at
 too. Every variant is attached only for its own block, and before each plain or floor block
 ``assert_detached`` checks that nothing is left installed. ``floor`` is what any finiteness check
 pays at least (one ``torch._foreach_norm`` over the gradients, stacked with the loss, one host
-read: what ``GradScaler`` pays). The RL row times one REINFORCE update with its 200 ``no_grad``
-environment steps of a 2-layer policy.
+read: what ``GradScaler`` pays). The RL rows time one REINFORCE update of a 2-layer policy with
+200 environment steps: each a ``no_grad`` forward, or (as pytorch/examples' ``reinforce.py``
+writes it) a forward with grad whose log-prob the update uses.
 """
 
 from __future__ import annotations
@@ -262,7 +263,7 @@ def measure(case: Case, variants: list[str], device: torch.device, repeats: int,
     return {v: statistics.median(ts) for v, ts in times.items()}
 
 
-# --- RL: many small no_grad forwards per update ------------------------------------------------
+# --- RL: many small forwards per update (no_grad, or with grad as reinforce.py) ------------
 
 
 class ToyEnv:
@@ -326,29 +327,65 @@ def rl_update(policy: nn.Module, opt: torch.optim.Optimizer, env: ToyEnv, varian
     opt.step()
 
 
+def rl_update_grad(policy: nn.Module, opt: torch.optim.Optimizer, env: ToyEnv, variant: str,
+                   env_steps: int) -> None:
+    """One REINFORCE update as pytorch/examples' ``reinforce.py`` writes it: each of the
+    ``env_steps`` environment steps a forward *with* grad, a ``Categorical`` sample read with
+    ``.item()`` and its log-prob kept (a graph per step, ~35 ops outside modules with the
+    distribution's argument checks); then the returns, the loss, ``backward()`` and ``step()``."""
+    logps, rewards = [], []
+    obs = env.reset()
+    for _ in range(env_steps):
+        probs = F.softmax(policy(torch.from_numpy(obs).float().unsqueeze(0)), dim=-1)
+        dist = torch.distributions.Categorical(probs)
+        a = dist.sample()
+        logps.append(dist.log_prob(a))
+        obs, r, done = env.step(int(a.item()))
+        rewards.append(r)
+        if done:
+            obs = env.reset()
+    ret, returns = 0.0, []
+    for r in reversed(rewards):
+        ret = r + 0.99 * ret
+        returns.insert(0, ret)
+    rets = torch.tensor(returns)
+    rets = (rets - rets.mean()) / (rets.std() + 1e-8)
+    loss = torch.cat([-lp * g for lp, g in zip(logps, rets)]).sum()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if variant == "floor":
+        floor_check(policy, loss)
+    opt.step()
+
+
+RL_LOOPS: dict[str, Callable[..., None]] = {"no_grad": rl_update, "grad": rl_update_grad}
+
+
 def rl_times(variant: str, policy: nn.Module, opt: torch.optim.Optimizer, env: ToyEnv,
-             steps: int, env_steps: int) -> list[float]:
+             steps: int, env_steps: int, loop: str = "no_grad") -> list[float]:
     out = []
+    update = RL_LOOPS[loop]
     gc.collect()
     with variant_ctx(variant, policy, opt):
         for _ in range(SETTLE + steps):
             t0 = time.perf_counter()
-            rl_update(policy, opt, env, variant, env_steps)
+            update(policy, opt, env, variant, env_steps)
             out.append(time.perf_counter() - t0)
     return out[SETTLE:]
 
 
-def measure_rl(variants: list[str], repeats: int, steps: int, env_steps: int) -> dict[str, float]:
+def measure_rl(variants: list[str], repeats: int, steps: int, env_steps: int,
+               loop: str = "no_grad") -> dict[str, float]:
     torch.manual_seed(0)
     policy = rl_policy()
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
     env = ToyEnv(0)
     for v in variants:
-        rl_times(v, policy, opt, env, 1, env_steps)
+        rl_times(v, policy, opt, env, 1, env_steps, loop)
     times: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(repeats):
         for v in variants[r % len(variants):] + variants[: r % len(variants)]:
-            times[v] += rl_times(v, policy, opt, env, steps, env_steps)
+            times[v] += rl_times(v, policy, opt, env, steps, env_steps, loop)
     return {v: statistics.median(ts) for v, ts in times.items()}
 
 
@@ -491,18 +528,22 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"| RL loop | plain ms/update | {' | '.join(rl_variants[1:])} |")
     print("|---|---|" + "---|" * (len(rl_variants) - 1))
-    med = measure_rl(rl_variants, repeats, max(2, steps // 3), env_steps)
-    base = med["plain"]
-    print(f"| REINFORCE, {env_steps} no_grad env steps per update | {base * 1e3:.2f} | "
-          + " | ".join(f"{med[v] / base:.3f}x" for v in rl_variants[1:]) + " |", flush=True)
-    results.append({"model": "REINFORCE", "size": f"{env_steps} env steps", "plain_s": base,
-                    **{f"{v}_ratio": med[v] / base for v in rl_variants}})
+    labels = {"no_grad": f"REINFORCE, {env_steps} no_grad env steps per update",
+              "grad": f"REINFORCE as pytorch/examples, {env_steps} env steps with grad per update"}
+    rl_results = []
+    for loop, label in labels.items():
+        med = measure_rl(rl_variants, repeats, max(2, steps // 3), env_steps, loop)
+        base = med["plain"]
+        print(f"| {label} | {base * 1e3:.2f} | "
+              + " | ".join(f"{med[v] / base:.3f}x" for v in rl_variants[1:]) + " |", flush=True)
+        rl_results.append({"model": "REINFORCE", "size": f"{env_steps} env steps", "loop": loop,
+                           "plain_s": base, **{f"{v}_ratio": med[v] / base for v in rl_variants}})
     if args.rl_only:
         return 0
     print()
     print("| model | size | replay: failure → finding, in plain steps |")
     print("|---|---|---|")
-    for r, case in zip(results, cases(args.quick)):  # (the RL row, last, has no replay row)
+    for r, case in zip(results, cases(args.quick)):
         lat = replay_latency(case, device)
         r["replay_steps"] = lat
         print(f"| {case.name} | {case.size} | {lat:.2f} |", flush=True)
@@ -520,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{mem['recover']:.2f} | {cost * 100:.2f} % |", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1, default=lambda o: None if isinstance(o, float) and not math.isfinite(o) else o)
+            json.dump(results + rl_results, fh, indent=1, default=lambda o: None if isinstance(o, float) and not math.isfinite(o) else o)
     return 0
 
 
