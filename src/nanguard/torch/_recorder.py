@@ -121,16 +121,6 @@ class Backward:
 Event = TapeOp | RootCall | Backward
 
 
-_NOT_RUN = object()
-
-
-def _makes_floats(out: Any) -> bool:
-    """Does an op's output hold a floating-point or complex tensor (a value that can be NaN)?"""
-    if isinstance(out, torch.Tensor):
-        return out.is_floating_point() or out.is_complex()
-    return any(t.is_floating_point() or t.is_complex() for t in _flat(out))
-
-
 #: containers :meth:`StepRecorder._spec` looks into
 _NESTED = (list, tuple, dict)
 
@@ -341,26 +331,6 @@ class StepRecorder:
 
     def _tape_op(self, func: Any, args: Any, kwargs: Any) -> Any:
         info = _op_info(func)
-        if self._forward_started and not info[0] and not info[1]:  # draws nothing, writes nothing
-            try:
-                out = func(*args, **kwargs)
-            except Exception:
-                # an op that raises is part of the step (multinomial on NaN probabilities): record
-                # it and run it again, so the replay meets its inputs
-                return self._record_op(func, info, args, kwargs)
-            if not _makes_floats(out):
-                # a comparison, a count, an index, ``.item()``: it cannot make a NaN and writes
-                # nothing, so it is not recorded; an op that uses its result finds it as an input
-                # from outside, with the value it had (a Categorical's argument checks, sampled
-                # from a distribution: most of an RL step's ops outside modules)
-                return out
-            return self._record_op(func, info, args, kwargs, out)
-        return self._record_op(func, info, args, kwargs)
-
-    def _record_op(self, func: Any, info: tuple[bool, bool], args: Any, kwargs: Any,
-                   ran: Any = _NOT_RUN) -> Any:
-        """Record one op on the tape, then run it — or take ``ran``, its output, when it already
-        ran (only an op that draws no random numbers and writes no argument)."""
         rng = RngState.capture() if info[0] else None
         sargs, skw = self._spec(args), (self._spec(kwargs) if kwargs else kwargs)
         mutated = mutated_args(func, args, kwargs) if info[1] else []
@@ -389,7 +359,7 @@ class StepRecorder:
             # torch.randint(..., generator=g): the replay must draw the same numbers from g
             ev.generator = (gen, gen.get_state())
         idx = self._append(ev)  # before running it: an op that raises is part of the step too
-        out = func(*args, **kwargs) if ran is _NOT_RUN else ran
+        out = func(*args, **kwargs)
         if idx >= 0:
             ev.n_out = self._register_outputs(idx, mutated if mutated else _flat(out))
         if not self._forward_started:
