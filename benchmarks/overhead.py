@@ -309,17 +309,25 @@ def rl_update(policy: nn.Module, opt: torch.optim.Optimizer, env: ToyEnv, varian
         rewards.append(r)
         if done:
             obs = env.reset()
-    ret, returns = 0.0, []
-    for r in reversed(rewards):
-        ret = r + 0.99 * ret
-        returns.append(ret)
-    returns.reverse()
     st = torch.as_tensor(np.array(states), dtype=torch.float32)
     acts = torch.as_tensor(actions)
-    rets = torch.as_tensor(returns, dtype=torch.float32)
-    rets = (rets - rets.mean()) / (rets.std() + 1e-8)
     logp = F.log_softmax(policy(st), -1).gather(1, acts[:, None]).squeeze(1)
-    loss = -(logp * rets).mean()
+    _apply(policy, opt, -(logp * normalized_returns(rewards)).mean(), variant)
+
+
+def normalized_returns(rewards: list[float], gamma: float = 0.99) -> torch.Tensor:
+    """The discounted returns of an episode's rewards, standardised (float32)."""
+    ret, returns = 0.0, []
+    for r in reversed(rewards):
+        ret = r + gamma * ret
+        returns.append(ret)
+    returns.reverse()
+    rets = torch.as_tensor(returns, dtype=torch.float32)
+    return (rets - rets.mean()) / (rets.std() + 1e-8)
+
+
+def _apply(policy: nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor, variant: str) -> None:
+    """The update of an RL step: ``backward()``, the floor's check for that variant, ``step()``."""
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if variant == "floor":
@@ -344,18 +352,8 @@ def rl_update_grad(policy: nn.Module, opt: torch.optim.Optimizer, env: ToyEnv, v
         rewards.append(r)
         if done:
             obs = env.reset()
-    ret, returns = 0.0, []
-    for r in reversed(rewards):
-        ret = r + 0.99 * ret
-        returns.insert(0, ret)
-    rets = torch.tensor(returns)
-    rets = (rets - rets.mean()) / (rets.std() + 1e-8)
-    loss = torch.cat([-lp * g for lp, g in zip(logps, rets)]).sum()
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    if variant == "floor":
-        floor_check(policy, loss)
-    opt.step()
+    loss = torch.cat([-lp * g for lp, g in zip(logps, normalized_returns(rewards))]).sum()
+    _apply(policy, opt, loss, variant)
 
 
 RL_LOOPS: dict[str, Callable[..., None]] = {"no_grad": rl_update, "grad": rl_update_grad}
