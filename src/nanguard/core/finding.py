@@ -149,6 +149,8 @@ class Finding:
     def where(self) -> str:
         """The module as a person reads it: ``encoder.fc1 (Linear)``, ``MLP (the model)``."""
         if self.module is None:
+            if self.details.get("module_unknown"):
+                return "not known (this step's ops were not recorded)"
             return "outside any module"
         if self.module == "":
             return f"{self.module_type or 'model'} (top-level module)"

@@ -2,7 +2,8 @@
 ``clip_grad_norm_``.
 
 * ``backward()``: its roots (the loss) join the step's check; without an optimizer (yet) it is
-  the step marker and the check runs right after it.
+  the step marker and the check runs right after it. On a step the tape did not keep whole (a
+  rollout with grad), a non-finite loss has its graph read before backward frees it.
 * ``GradScaler.step``: a skip is the scaler's own business (never a finding, also before any
   optimizer step ran), unless the loss is NaN or the scale ran out of room.
 * ``clip_grad_norm_``: the total norm it returned joins the check (an overflow it swallowed).
@@ -18,8 +19,10 @@ import torch
 
 from . import _autograd, _dist
 from ._backend import apply_settings, maybe_snapshot
+from ._graph_origin import graph_origin
 from ._guard_base import GuardBase, scale_of
-from ._stats import checkable
+from ._stats import checkable, is_finite
+from ._untraced import untraced
 from ._watched import opt_params
 from .locator import graph_leaves
 from .watch import NormCheck, check
@@ -35,6 +38,8 @@ class BackwardHooks(GuardBase, _autograd.BackwardListener):
         if self._in_opt_step and not self._in_closure:
             return  # the optimizer's own autograd calls are not the step's backward
         self.recorder.backward(kind, roots, grads, inputs)
+        if self.recorder.incomplete and kind == "backward":
+            self._read_graph(roots)
         self.recorder.paused += 1
         self.recorder.tape_off()
         for r in roots:
@@ -42,6 +47,18 @@ class BackwardHooks(GuardBase, _autograd.BackwardListener):
                 self._losses.append(r.detach())
         if self.watch.primary is None and self.watch.leaves is None and kind == "backward":
             self.watch.leaves = list(inputs) if inputs else graph_leaves(roots)
+
+    @untraced
+    def _read_graph(self, roots: Sequence[torch.Tensor]) -> None:
+        """Before a ``backward()`` of a step the tape did not keep whole: is its loss finite
+        (one host read; not in the deferred watch, which reads nothing on the host)? If not,
+        the graph it is about to free shows where the value came from (``_graph_origin``)."""
+        rec = self.recorder
+        if self._defer or rec.graph_finding is not None:
+            return
+        bad = [r for r in roots if isinstance(r, torch.Tensor) and checkable(r) and not is_finite(r)]
+        if bad:
+            rec.graph_finding = graph_origin(bad, self.step)
 
     def after(self, kind: str, roots: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor] | None,
               result: Any) -> None:

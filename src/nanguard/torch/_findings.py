@@ -44,6 +44,8 @@ def locate_step(guard: Guard, chk: NormCheck, params: Sequence[torch.Tensor]) ->
             guard.recorder.events, model=guard.model, modules=guard.modules, step=guard.step,
             sinks=guard._sinks,
         )
+    if finding is None and guard.recorder.graph_finding is not None:
+        finding = guard.recorder.graph_finding  # the tape was not whole: what the graph showed
     if finding is None:
         finding = watch_finding(guard, chk, params)
         if guard.replay_enabled:
@@ -98,7 +100,7 @@ def watch_finding(guard: Guard, chk: NormCheck, params: Sequence[torch.Tensor]) 
     """What the fused check itself saw: the first non-finite gradient, or the loss."""
     names = guard.watch.param_names()
     bad = [params[i] for i in chk.bad if i < len(params)]
-    if bad:
+    if bad and all(math.isfinite(v) for v in chk.losses):  # a non-finite loss came first
         g = bad[0].grad
         assert g is not None
         pnames = [names.get(id(p), "?") for p in bad]

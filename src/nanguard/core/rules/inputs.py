@@ -30,7 +30,8 @@ def batch_holds_nonfinite(case: Case) -> Diagnosis | None:
     if len(ev.samples) > 3:
         lines.append(f"… and {len(ev.samples) - 3} more samples")
     if not lines:
-        lines.append(f"{name} holds {ev.what} before any operation ran")
+        before = "" if ev.origin == "unrecorded" else " before any operation ran"
+        lines.append(f"{name} holds {ev.what}{before}")
     if ev.origin == "computed":
         return _computed(case, lines)
     if ev.origin == "unrecorded":
@@ -129,13 +130,14 @@ def _computed(case: Case, lines: list[str]) -> Diagnosis:
 
 
 def _unrecorded(case: Case, lines: list[str]) -> Diagnosis:
-    """The bad tensor was made between the step's ``no_grad`` forwards (an RL rollout), where
-    the watch records nothing to stay cheap: what the script built there, not a data file."""
+    """The bad tensor was made where the watch records nothing to stay cheap (between a rollout's
+    ``no_grad`` forwards, or in a rollout with grad gone lean): what the script built there, not
+    a data file."""
     ev = case.ev
-    at = ev.source or "the line shown"
-    lines = [f"it entered the update at {at}; it was made after the step's no_grad forwards (a "
-             "rollout), where nanguard records no op: a return, advantage, reward or observation "
-             "the script built there, not a batch from a DataLoader", *lines]
+    at = f"it entered the update at {ev.source}; " if ev.source else ""
+    lines = [f"{at}it was made in a part of the step where nanguard records no op to stay cheap "
+             "(the forwards of a rollout): a return, advantage, reward or observation the script "
+             "built there, not a batch from a DataLoader", *lines]
     fixes = [
         "check the computation that builds it: a recurrence such as R = r + gamma * R grows "
         "geometrically for gamma >= 1; normalise or clamp before making the tensor",
