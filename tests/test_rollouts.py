@@ -1,6 +1,8 @@
 """Forwards that build no graph (an RL rollout, an evaluation loop) between optimizer steps: the
 recorder keeps the first, stands aside for the rest, and a failure in the update is still caught
-at its op — and an evaluation under ``torch.inference_mode`` leaves torch's dispatch state sound."""
+at its op — and an evaluation under ``torch.inference_mode`` leaves torch's dispatch state sound.
+A rollout *with* grad (reinforce.py) goes lean after a few forwards; a non-finite loss of such a
+step is then found in its autograd graph."""
 
 from __future__ import annotations
 
@@ -149,9 +151,11 @@ def _grad_rollout(policy: nn.Module, n: int) -> torch.Tensor:
     return torch.stack(logps)
 
 
-def test_a_full_tape_stands_aside_for_the_rest_of_the_step_and_the_next_records_again() -> None:
+def test_a_full_tape_stands_aside_for_the_rest_of_the_step_and_the_next_records_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from nanguard.torch import _recorder
 
+    monkeypatch.setattr(_recorder, "LEAN_AFTER", 10**9)  # the tape fills before a lean step
     torch.manual_seed(0)
     policy = _policy()
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
@@ -185,3 +189,130 @@ def test_a_full_tape_stands_aside_for_the_rest_of_the_step_and_the_next_records_
         finally:
             _recorder._Tape.__torch_dispatch__ = orig  # type: ignore[method-assign]
 
+
+
+def _count_taped(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    from nanguard.torch import _recorder
+
+    taped: list[int] = []
+    orig = _recorder._Tape.__torch_dispatch__
+
+    def counting(self: _recorder._Tape, func: object, types: object, args: object = (),
+                 kwargs: object = None) -> object:
+        taped.append(1)
+        return orig(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(_recorder._Tape, "__torch_dispatch__", counting)
+    return taped
+
+
+def test_a_rollout_with_grad_goes_lean_and_the_next_step_records_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from nanguard.torch._recorder import LEAN_AFTER, Backward
+
+    torch.manual_seed(0)
+    policy = _policy()
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    with nanguard.attach(policy, opt) as guard:
+        rec = guard.recorder
+        taped = _count_taped(monkeypatch)
+        for _ in range(3):
+            logps = _grad_rollout(policy, 200)
+            roots = [e for e in rec.events if isinstance(e, RootCall)]
+            assert rec.lean and rec.stood_aside and not rec.truncated
+            assert len(roots) == LEAN_AFTER - 1 and all(r.grad_enabled for r in roots)
+            opt.zero_grad()
+            (-logps.sum()).backward()
+            assert not any(isinstance(e, Backward) for e in rec.events)  # no replay of its loss
+            opt.step()
+            assert not rec.lean and rec._tape_on  # the next step records again
+        # the ops of LEAN_AFTER forwards are taped per step (~40 ops each), not those of 200
+        assert 0 < len(taped) < 3 * 60 * LEAN_AFTER
+    assert guard.findings == []
+
+
+def test_a_recurrence_stays_recorded_however_long() -> None:
+    """An RNN cell fed its own hidden state (or a decoder its last output) is one computation,
+    not a rollout: every call is on the tape."""
+    torch.manual_seed(0)
+    cell = nn.GRUCell(4, 8)
+    opt = torch.optim.SGD(cell.parameters(), lr=1e-2)
+    with nanguard.attach(cell, opt) as guard:
+        for _ in range(2):
+            h = torch.zeros(1, 8)
+            for _ in range(30):
+                h = cell(torch.randn(1, 4), h)
+            roots = [e for e in guard.recorder.events if isinstance(e, RootCall)]
+            assert not guard.recorder.lean and len(roots) == 30
+            opt.zero_grad()
+            h.pow(2).mean().backward()
+            opt.step()
+    assert guard.findings == []
+
+
+def _failing_grad_rollout(n: int, fault: str) -> NonFiniteError:
+    """REINFORCE with grad: at environment step 3n/4 of the third update, the script's own
+    ``log`` of a zero probability, or a NaN reward in its returns."""
+    torch.manual_seed(0)
+    policy = _policy()
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(policy, opt):
+        for it in range(3):
+            obs, logps, rewards = torch.zeros(4), [], []
+            for t in range(n):
+                probs = torch.softmax(policy(obs), dim=-1)
+                dist = torch.distributions.Categorical(probs=probs)
+                a = dist.sample()
+                lp = dist.log_prob(a)
+                if it == 2 and t == 3 * n // 4 and fault == "log0":
+                    lp = torch.log(probs[a] * 0)
+                logps.append(lp)
+                rewards.append(float("nan") if it == 2 and t == 3 * n // 4 and fault == "reward" else 1.0)
+                obs = torch.tanh(obs + (0.1 if int(a) else -0.1) + 0.05 * torch.randn(4))
+            returns = torch.tensor(rewards).cumsum(0).flip(0)
+            returns = (returns - returns.mean()) / (returns.std() + 1e-8)
+            opt.zero_grad()
+            (-(torch.stack(logps) * returns).sum()).backward()
+            opt.step()
+    return info.value
+
+
+def test_a_log_of_zero_in_a_lean_rollout_is_found_in_the_graph() -> None:
+    err = _failing_grad_rollout(200, "log0")
+    f, d = err.finding, err.diagnosis
+    assert (f.op, f.phase, f.step, f.grad_fn, f.detected_by) == ("aten.log", "forward", 2, "LogBackward0", "graph")
+    assert f.reached == "loss" and f.neginf == 1 and f.inputs[0].zeros == 1
+    assert f.module is None and "not known" in f.where  # the graph keeps no module: not claimed
+    assert d is not None and d.cause is Cause.UNSAFE_OP
+
+
+def test_a_nan_reward_in_a_lean_rollout_is_a_tensor_the_script_built() -> None:
+    err = _failing_grad_rollout(200, "reward")
+    f, d = err.finding, err.diagnosis
+    assert (f.op, f.phase, f.step, f.detected_by, f.details["origin"]) == ("input", "data", 2, "graph", "unrecorded")
+    assert d is not None and d.cause is Cause.NONFINITE_INPUT
+    assert not any("dropna" in fix for fix in d.fixes)
+
+
+def test_a_short_rollout_with_grad_is_replayed_to_its_line() -> None:
+    """Below LEAN_AFTER forwards the step is recorded whole: the replay names the line."""
+    err = _failing_grad_rollout(6, "log0")
+    f = err.finding
+    assert (f.op, f.phase, f.step, f.detected_by) == ("aten.log.default", "forward", 2, "replay")
+    assert "torch.log(probs[a] * 0)" in str(f.source_code)
+
+
+def test_a_non_finite_loss_is_the_finding_when_no_replay_runs() -> None:
+    """The watch's own finding, without a replay: a loss that is not finite was made in the
+    forward pass, whatever its NaN gradients look like afterwards."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt, replay=False):
+        for it in range(3):
+            opt.zero_grad()
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            (loss.log() - loss.log() if it < 2 else torch.log(loss * 0)).backward()
+            opt.step()
+    f = info.value.finding
+    assert (f.phase, f.reached, f.step, f.detected_by) == ("forward", "loss", 2, "watch")

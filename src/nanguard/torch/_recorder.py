@@ -27,7 +27,7 @@ import math
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -36,7 +36,16 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from ..core.source import SourceLocation, user_frame
 from ._modules import ModuleStack, storage_key
 
-__all__ = ["Backward", "Ref", "RootCall", "StepRecorder", "TapeOp", "carried_inputs"]
+if TYPE_CHECKING:
+    from ..core.finding import Finding
+
+__all__ = ["LEAN_AFTER", "Backward", "Ref", "RootCall", "StepRecorder", "TapeOp", "carried_inputs"]
+
+#: the forward with grad of one module (since the last ``backward()``, not fed by an earlier model
+#: call of the step) from which a step goes lean: a rollout such as pytorch/examples'
+#: ``reinforce.py`` calls its policy hundreds of times before its one ``backward()``; a GAN step,
+#: two views of a contrastive batch, an ensemble or a few micro-batches stay below
+LEAN_AFTER = 8
 
 _RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential",
                  "cauchy", "geometric", "poisson", "random")
@@ -165,6 +174,17 @@ def carried_inputs(rec: StepRecorder) -> list[torch.Tensor]:
     return out
 
 
+def _flat_refs(obj: Any) -> list[Ref]:
+    """The :class:`Ref` s inside a recorded argument structure."""
+    if isinstance(obj, Ref):
+        return [obj]
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return [r for o in obj if isinstance(o, (Ref, list, tuple, dict)) for r in _flat_refs(o)]
+    return []
+
+
 def _flat(obj: Any) -> list[torch.Tensor]:
     """Tensors in a module's inputs or outputs: nested lists, tuples, dicts and dataclasses
     (a model returning ``Output(loss=..., logits=...)``), in a fixed order."""
@@ -217,7 +237,13 @@ class StepRecorder:
     stands aside for the rest of the step (``truncated``): nothing more can be replayed, so the
     ops pass through until the next model call pops the tape, which stays off until the next
     step (a REINFORCE episode of 500 forwards with grad, ~35 ops outside modules each, fills
-    the tape after ~120 of them).
+    the tape after ~120 of them; it goes lean long before, below).
+
+    A step goes ``lean`` at the :data:`LEAN_AFTER`-th call with grad of one module since the last
+    ``backward()`` whose arguments no earlier model call of the step made (a rollout with grad:
+    ``reinforce.py``'s policy, once per environment step): the tape is popped until the step
+    ends. Told in :meth:`root_enter`, when a top-level module call begins. A recurrence (an RNN
+    cell fed its hidden state) stays recorded however long.
     """
 
     def __init__(self, modules: ModuleStack, max_events: int = 4096) -> None:
@@ -244,6 +270,14 @@ class StepRecorder:
         #: on neither they nor the ops between them are, until a forward builds a graph again
         self._nograd_calls = 0
         self._disarmed = self.modules.quiet = False
+        #: per module, its forwards with grad since the last ``backward()`` whose inputs no
+        #: earlier model call of the step made (a rollout's, not a recurrence's); from a module's
+        #: :data:`LEAN_AFTER`-th on the step is ``lean``: nothing more is recorded in it
+        self._grad_calls: dict[int, int] = {}
+        self.lean = False
+        #: what the loss's autograd graph showed when ``backward()`` was called on a non-finite
+        #: loss of a step the tape did not keep whole (``_graph_origin``)
+        self.graph_finding: Finding | None = None
         #: did the recorder stand aside at some point of this step (ops then made values it did
         #: not see), and did a ``DataLoader`` hand out a batch in it?
         self.stood_aside = False
@@ -289,6 +323,14 @@ class StepRecorder:
         self._nograd_calls = 0
         self._disarmed = self.modules.quiet = False
         self.stood_aside = self.loaded_batch = False
+        self._grad_calls = {}
+        self.lean = False
+        self.graph_finding = None
+
+    @property
+    def incomplete(self) -> bool:
+        """Did this step's tape lose events it needed (full, or lean)? A replay cannot re-run it."""
+        return self.truncated or self.lean
 
     def _spec(self, obj: Any) -> Any:
         """``obj`` with each tensor an earlier event made replaced by its :class:`Ref`."""
@@ -369,7 +411,7 @@ class StepRecorder:
 
     def root_enter(self, mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.tape_off()
-        if self.paused or not self.enabled or self.truncated:
+        if self.paused or not self.enabled or self.truncated or self.lean:
             return
         grad = torch.is_grad_enabled()
         if not grad:
@@ -382,12 +424,37 @@ class StepRecorder:
                 self.modules.quiet = self.stood_aside = True
                 self._pending_root = None
                 return
+            sargs, skw = self._spec(args), self._spec(kwargs)
         else:
             self._disarmed = self.modules.quiet = False
+            sargs, skw = self._spec(args), self._spec(kwargs)
+            if not self._from_model((sargs, skw)):
+                n = self._grad_calls[id(mod)] = self._grad_calls.get(id(mod), 0) + 1
+                if n >= LEAN_AFTER:
+                    self.lean = self._disarmed = self.stood_aside = True  # a rollout with grad
+                    self._pending_root = None
+                    return
         self._forward_started = True
-        ev = RootCall(mod, self._spec(args), self._spec(kwargs), torch.is_grad_enabled(),
-                      user_frame(3), RngState.capture(), autocast=autocast_state())
+        ev = RootCall(mod, sargs, skw, grad, user_frame(3), RngState.capture(),
+                      autocast=autocast_state())
         self._pending_root = ev
+
+    def _from_model(self, spec: Any) -> bool:
+        """Do the recorded arguments of a model call derive from an earlier model call of this
+        step (a recurrence: an RNN cell's hidden state, a decoder fed its last output)?"""
+        todo = [a.event for a in _flat_refs(spec)]
+        seen: set[int] = set()
+        while todo:
+            i = todo.pop()
+            if i in seen or i >= len(self.events):
+                continue
+            seen.add(i)
+            ev = self.events[i]
+            if isinstance(ev, RootCall):
+                return True
+            if isinstance(ev, TapeOp):
+                todo.extend(a.event for a in _flat_refs((ev.args, ev.kwargs)))
+        return False
 
     def root_exit(self, mod: nn.Module, output: Any) -> None:
         ev = self._pending_root
@@ -403,7 +470,10 @@ class StepRecorder:
             self.tape_on()
 
     def backward(self, kind: str, roots: Any, grads: Any, inputs: Any) -> None:
-        if not self.enabled:
+        """Just before a ``backward()`` runs: its roots join the tape (not on a lean step, whose
+        loss was made by ops nothing recorded: no replay re-runs it)."""
+        self._grad_calls = {}
+        if not self.enabled or self.lean:
             return
         self._append(Backward(kind, self._spec(list(roots)), self._spec(list(grads)),
                               inputs, user_frame(4)))
