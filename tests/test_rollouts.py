@@ -296,7 +296,7 @@ def test_a_nan_reward_in_a_lean_rollout_is_a_tensor_the_script_built() -> None:
 
 def test_a_short_rollout_with_grad_is_replayed_to_its_line() -> None:
     """Below LEAN_AFTER forwards the step is recorded whole: the replay names the line."""
-    err = _failing_grad_rollout(6, "log0")
+    err = _failing_grad_rollout(3, "log0")
     f = err.finding
     assert (f.op, f.phase, f.step, f.detected_by) == ("aten.log.default", "forward", 2, "replay")
     assert "torch.log(probs[a] * 0)" in str(f.source_code)

@@ -44,8 +44,10 @@ __all__ = ["LEAN_AFTER", "Backward", "Ref", "RootCall", "StepRecorder", "TapeOp"
 #: the forward with grad of one module (since the last ``backward()``, not fed by an earlier model
 #: call of the step) from which a step goes lean: a rollout such as pytorch/examples'
 #: ``reinforce.py`` calls its policy hundreds of times before its one ``backward()``; a GAN step,
-#: two views of a contrastive batch, an ensemble or a few micro-batches stay below
-LEAN_AFTER = 8
+#: two views of a contrastive batch, a triplet (anchor, positive, negative) or an ensemble (one
+#: call per module) stay below; 4 and not 8: the ops of each recorded call cost ~2.5 % of that
+#: rollout's update (``benchmarks/overhead.py --rl-only``: 1.06x at 4, 1.11x at 8)
+LEAN_AFTER = 4
 
 _RANDOM_WORDS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential",
                  "cauchy", "geometric", "poisson", "random")
