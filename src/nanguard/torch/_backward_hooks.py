@@ -38,10 +38,10 @@ class BackwardHooks(GuardBase, _autograd.BackwardListener):
         if self._in_opt_step and not self._in_closure:
             return  # the optimizer's own autograd calls are not the step's backward
         self.recorder.backward(kind, roots, grads, inputs)
-        if self.recorder.incomplete and kind == "backward":
-            self._read_graph(roots)
         self.recorder.paused += 1
         self.recorder.tape_off()
+        if self.recorder.incomplete and kind == "backward":
+            self._read_graph(roots)
         for r in roots:
             if isinstance(r, torch.Tensor):
                 self._losses.append(r.detach())
@@ -56,9 +56,10 @@ class BackwardHooks(GuardBase, _autograd.BackwardListener):
         rec = self.recorder
         if self._defer or rec.graph_finding is not None:
             return
-        bad = [r for r in roots if isinstance(r, torch.Tensor) and checkable(r) and not is_finite(r)]
-        if bad:
-            rec.graph_finding = graph_origin(bad, self.step)
+        with torch.no_grad():
+            bad = [r for r in roots if isinstance(r, torch.Tensor) and checkable(r) and not is_finite(r)]
+            if bad:
+                rec.graph_finding = graph_origin(bad, self.step)
 
     def after(self, kind: str, roots: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor] | None,
               result: Any) -> None:
