@@ -133,8 +133,12 @@ def _from_outside(saved: list[tuple[str, torch.Tensor]], consumer: str, step: in
         if n == "result" or t.grad_fn is not None or isinstance(t, torch.nn.Parameter):
             continue
         if _nonfinite(t):
+            # an element or a slice of a tensor the script built (``for R in returns``): the
+            # whole of it is what the script made, and what it can look at
+            whole = t._base if isinstance(t._base, torch.Tensor) and checkable(t._base) else t
+            part = " (a view of it)" if whole is not t else ""
             return finding_for(
-                t, "data", "input", step=step, reached="loss", detected_by="graph",
-                details={"origin": "unrecorded", "input_name": f"the `{n}` of {consumer}",
-                         "note": _NOTE, "module_unknown": True})
+                whole, "data", "input", step=step, reached="loss", detected_by="graph",
+                details={"origin": "unrecorded", "note": _NOTE, "module_unknown": True,
+                         "input_name": f"a tensor built without grad, the `{n}` of {consumer}{part}"})
     return None
