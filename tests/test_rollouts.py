@@ -159,36 +159,24 @@ def test_a_full_tape_stands_aside_for_the_rest_of_the_step_and_the_next_records_
     torch.manual_seed(0)
     policy = _policy()
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
-    taped: list[int] = []
-    orig = _recorder._Tape.__torch_dispatch__
-
-    def counting(self: _recorder._Tape, func: object, types: object, args: object = (),
-                 kwargs: object = None) -> object:
-        taped.append(1)
-        return orig(self, func, types, args, kwargs)
-
     with nanguard.attach(policy, opt) as guard:
         rec = guard.recorder
         rec.max_events = 200
-        _recorder._Tape.__torch_dispatch__ = counting  # type: ignore[method-assign]
-        try:
-            logps = _grad_rollout(policy, 5)  # fits in the tape
-            assert not rec.truncated and not rec.stood_aside
-            small = len(taped)
-            logps = torch.cat([logps, _grad_rollout(policy, 100)])
-            assert rec.truncated and rec.stood_aside and len(rec.events) == 200
-            # once full, ops pass until the next model call pops the tape, which stays off
-            assert not rec._tape_on and torch._C._len_torch_dispatch_stack() == 0
-            assert len(taped) < 200 + 3 * small
-            opt.zero_grad()
-            (-logps.sum()).backward()
-            opt.step()
-            assert guard.findings == [] and not rec.truncated and rec._tape_on  # the next step
-            _grad_rollout(policy, 2)
-            assert any(isinstance(e, RootCall) and e.grad_enabled for e in rec.events)
-        finally:
-            _recorder._Tape.__torch_dispatch__ = orig  # type: ignore[method-assign]
-
+        taped = _count_taped(monkeypatch)
+        logps = _grad_rollout(policy, 5)  # fits in the tape
+        assert not rec.truncated and not rec.stood_aside
+        small = len(taped)
+        logps = torch.cat([logps, _grad_rollout(policy, 100)])
+        assert rec.truncated and rec.stood_aside and len(rec.events) == 200
+        # once full, ops pass until the next model call pops the tape, which stays off
+        assert not rec._tape_on and torch._C._len_torch_dispatch_stack() == 0
+        assert len(taped) < 200 + 3 * small
+        opt.zero_grad()
+        (-logps.sum()).backward()
+        opt.step()
+        assert guard.findings == [] and not rec.truncated and rec._tape_on  # the next step
+        _grad_rollout(policy, 2)
+        assert any(isinstance(e, RootCall) and e.grad_enabled for e in rec.events)
 
 
 def _count_taped(monkeypatch: pytest.MonkeyPatch) -> list[int]:
