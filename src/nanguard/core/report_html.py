@@ -516,7 +516,8 @@ def _later_events_html(events: Sequence[Mapping[str, Any]]) -> str:
         return ""
     items = []
     for i, ev in enumerate(events[1:], 1):
-        where = Finding.from_dict(dict(ev)).where if ev.get("module") is not None else None
+        known = ev.get("module") is not None or (ev.get("details") or {}).get("module_unknown")
+        where = Finding.from_dict(dict(ev)).where if known else None  # "not known" is said so
         place = f" in <code>{_e(where)}</code>" if where else " (outside any module)"
         items.append(f"<details class='card'><summary>step {_e(ev.get('step'))}: "
                      f"{_e(ev.get('cause') or 'no diagnosis')} — <code>{_e(ev.get('op'))}</code>"
