@@ -26,7 +26,7 @@ import torch
 
 from ..core.finding import Finding
 from ..core.ops import forward_op_of_grad_fn, op_traits
-from ._stats import checkable, finding_for, tensor_stats
+from ._stats import checkable, finding_for, is_finite, tensor_stats
 
 __all__ = ["graph_origin"]
 
@@ -35,7 +35,7 @@ MAX_NODES = 200_000
 #: unary singular ops re-computed from their saved input
 _RECOMPUTE = frozenset({"log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "acos",
                         "asin", "atanh", "acosh", "logit", "erfinv", "lgamma", "digamma"})
-_DIVIDES = frozenset({"div", "reciprocal", "fmod", "remainder"})
+_DIVIDES = frozenset({"div", "fmod", "remainder"})  # a zero saved divisor (``other``)
 _NOTE = ("this step's ops were not all recorded (a rollout of many forwards with grad); the op was "
          "found in the loss's autograd graph before backward() ran, which keeps no module or line: "
          "nanguard run --trace <script> names them")
@@ -60,7 +60,7 @@ def _saved(node: Any) -> list[tuple[str, torch.Tensor]]:
 
 
 def _nonfinite(t: torch.Tensor) -> bool:
-    return checkable(t) and not bool(torch.isfinite(t).all())
+    return checkable(t) and not is_finite(t)
 
 
 def _op_candidate(node: Any, op: str, saved: list[tuple[str, torch.Tensor]]) -> torch.Tensor | None:

@@ -426,16 +426,15 @@ class StepRecorder:
                 self.modules.quiet = self.stood_aside = True
                 self._pending_root = None
                 return
-            sargs, skw = self._spec(args), self._spec(kwargs)
         else:
             self._disarmed = self.modules.quiet = False
-            sargs, skw = self._spec(args), self._spec(kwargs)
-            if not self._from_model((sargs, skw)):
-                n = self._grad_calls[id(mod)] = self._grad_calls.get(id(mod), 0) + 1
-                if n >= LEAN_AFTER:
-                    self.lean = self._disarmed = self.stood_aside = True  # a rollout with grad
-                    self._pending_root = None
-                    return
+        sargs, skw = self._spec(args), self._spec(kwargs)
+        if grad and not self._from_model((sargs, skw)):
+            n = self._grad_calls[id(mod)] = self._grad_calls.get(id(mod), 0) + 1
+            if n >= LEAN_AFTER:
+                self.lean = self._disarmed = self.stood_aside = True  # a rollout with grad
+                self._pending_root = None
+                return
         self._forward_started = True
         ev = RootCall(mod, sargs, skw, grad, user_frame(3), RngState.capture(),
                       autocast=autocast_state())
