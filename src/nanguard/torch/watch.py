@@ -23,6 +23,8 @@ from ._untraced import untraced
 __all__ = ["NormCheck", "check", "check_grads", "check_params"]
 
 _LOW = (torch.float16, torch.bfloat16)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_STRIDED = torch.strided
 
 
 @dataclass
@@ -42,14 +44,16 @@ class NormCheck:
 
 
 def _norms(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Per-tensor 2-norms, each a 0-dim tensor on the first tensor's device.
+    """Per-tensor 2-norms, each a 0-dim tensor on the first tensor's device, all of one dtype.
 
     float32 accumulation for float16/bfloat16 (they would overflow at 65504); a norm that
     overflows float32 on finite values is caught by the exact pass, never reported a failure.
     """
     dev, dt = ts[0].device, ts[0].dtype
     if all(t.device == dev and t.dtype == dt for t in ts):
-        return list(torch._foreach_norm(list(ts), 2, dtype=torch.float32 if dt in _LOW else None))
+        if dt in _LOW:
+            return list(torch._foreach_norm(list(ts), 2, dtype=torch.float32))
+        return list(torch._foreach_norm(list(ts)))
     out: list[torch.Tensor | None] = [None] * len(ts)
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     for i, t in enumerate(ts):
@@ -61,8 +65,20 @@ def _norms(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [n for n in out if n is not None]
 
 
+def _checkable(ts: Sequence[torch.Tensor | None]) -> tuple[list[int], list[torch.Tensor]]:
+    """Indices and tensors of ``ts`` the check reads (a plain ``Tensor`` or ``Parameter`` —
+    a gradient is one — floating, strided, not meta, not empty)."""
+    idx: list[int] = []
+    out: list[torch.Tensor] = []
+    for i, t in enumerate(ts):
+        if (t is not None and type(t) in _PLAIN and t.is_floating_point() and t.layout == _STRIDED
+                and not t.is_meta and t.numel() > 0):
+            idx.append(i)
+            out.append(t)
+    return idx, out
+
+
 @untraced  # under --trace: the check's own norms are not the user's values
-@torch.no_grad()  # the weights require grad: their norms must not build a graph
 def check(
     grads: Sequence[torch.Tensor | None],
     losses: Sequence[torch.Tensor] = (),
@@ -70,29 +86,37 @@ def check(
 ) -> tuple[NormCheck, NormCheck | None]:
     """Check gradients + losses, and optionally weights, with one host synchronisation.
 
-    Returns ``(gradient check, weight check or None)``.
+    Returns ``(gradient check, weight check or None)``. Runs at every step (the pre-step hook),
+    so it is written for the common case: a handful of Python calls besides the norms.
     """
-    gi = [i for i, t in enumerate(grads) if t is not None and checkable(t)]
-    gts = [grads[i] for i in gi]
-    pi = [i for i, t in enumerate(params) if checkable(t)]
-    pts = [params[i] for i in pi]
+    gi, gts = _checkable(grads)
+    pi, pts = _checkable(params) if params else ([], [])
     ls = [x for x in losses if checkable(x)]
-    tensors = [t for t in gts if t is not None] + pts
+    tensors = gts + pts if pts else gts
     if not tensors and not ls:
         return NormCheck(True, None), (NormCheck(True, None) if params else None)
-    dev = tensors[0].device if tensors else ls[0].device
-    parts: list[torch.Tensor] = _norms(tensors) if tensors else []
-    for x in ls:
-        v = x.detach()
-        v = v.reshape(()) if v.numel() == 1 else v.sum()
-        parts.append(v if v.device == dev else v.to(dev))
-    dt = parts[0].dtype
-    if any(p.dtype != dt for p in parts):
-        parts = [p.to(torch.float32) for p in parts]
-    vals = torch.stack(parts).tolist()  # the one host synchronisation of the step
+    # the weights require grad: their norms must not build a graph (the switch itself, not
+    # ``torch.no_grad()``'s context manager: this runs every step)
+    grad_was = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)
+    try:
+        dev = tensors[0].device if tensors else ls[0].device
+        parts: list[torch.Tensor] = _norms(tensors) if tensors else []
+        for x in ls:
+            v = x.detach()
+            if v.dim():
+                v = v.reshape(()) if v.numel() == 1 else v.sum()
+            parts.append(v if v.device == dev else v.to(dev))
+        dt = parts[0].dtype
+        # the norms share one dtype (``_norms``): only a loss may differ
+        if any(p.dtype != dt for p in parts[len(tensors):]):
+            parts = [p.to(torch.float32) for p in parts]
+        vals = torch.stack(parts).tolist()  # the one host synchronisation of the step
+    finally:
+        torch._C._set_grad_enabled(grad_was)
     ng, npar = len(gts), len(pts)
     gper, pper, lvals = vals[:ng], vals[ng : ng + npar], vals[ng + npar :]
-    gchk = _finish(gper, gi, [t for t in gts if t is not None], lvals, ls)
+    gchk = _finish(gper, gi, gts, lvals, ls)
     pchk = _finish(pper, pi, pts, [], []) if params else None
     return gchk, pchk
 
@@ -104,7 +128,9 @@ def _finish(
     lvals: list[float],
     ls: Sequence[torch.Tensor],
 ) -> NormCheck:
-    finite = all(math.isfinite(v) for v in per) and all(math.isfinite(v) for v in lvals)
+    # a sum of finite norms is finite unless it overflows: then the exact test below decides
+    finite = math.isfinite(sum(per) + sum(lvals)) or (
+        all(math.isfinite(v) for v in per) and all(math.isfinite(v) for v in lvals))
     bad: list[int] = []
     if not finite:
         # a number is not finite: find out exactly which tensors are. A per-tensor norm that
