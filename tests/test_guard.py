@@ -503,3 +503,74 @@ def test_a_model_built_after_attaching_does_not_crowd_the_first_step_out_of_the_
     f = info.value.finding
     assert (f.phase, f.op, f.detected_by) == ("data", "input", "replay")
     assert f.details["samples"][0]["index"] == 3 and not guard.recorder.truncated
+
+
+def test_a_functional_loss_is_one_tape_event_and_its_op_is_found_at_the_callers_line() -> None:
+    # F.mse_loss called in the loop (looked up while attached) is recorded as one call, not as
+    # its aten ops; the replay still finds the op inside it that overflowed, at the user's line
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch.no_grad():
+        model.fc2.bias.fill_(1e30)  # finite outputs whose square overflows float32
+    x, y = torch.randn(16, 8), torch.zeros(16, 1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt) as guard:
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), y)  # the line the finding names
+        events = list(guard.recorder.events)
+        loss.backward()
+        opt.step()
+    calls = [e for e in events if getattr(e, "func", None) is not None]
+    assert [getattr(e.func, "__name__", "") for e in calls] == ["mse_loss"]
+    assert not any(str(e.func).startswith("aten.mse_loss") for e in calls)
+    f = info.value.finding
+    assert (f.op, f.phase, f.module, f.detected_by) == ("aten.mse_loss.default", "forward", None, "replay")
+    assert "F.mse_loss(model(x), y)" in (f.source_code or "")
+    assert F.mse_loss.__name__ == "mse_loss" and not hasattr(F.mse_loss, "__wrapped__")  # put back
+
+
+def test_a_functional_loss_bound_before_attaching_is_taped_op_by_op() -> None:
+    loss_fn = F.mse_loss  # bound before the guard patched torch.nn.functional
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch.no_grad():
+        model.fc2.bias.fill_(1e30)
+    x, y = torch.randn(16, 8), torch.zeros(16, 1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt) as guard:
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        ops = [str(getattr(e, "func", "")) for e in guard.recorder.events]
+        loss.backward()
+        opt.step()
+    assert "aten.mse_loss.default" in ops
+    f = info.value.finding
+    assert (f.op, f.phase, f.module) == ("aten.mse_loss.default", "forward", None)
+    assert "loss_fn(model(x), y)" in (f.source_code or "")
+
+
+def test_the_optimizers_profiler_region_does_not_pass_through_the_tape(monkeypatch: pytest.MonkeyPatch) -> None:
+    # optimizer.step() opens a record_function before its hooks run and closes it after them:
+    # its two profiler ops are not sent through the tape's mode, and the tape is on again after
+    from nanguard.torch import _recorder
+
+    seen: list[str] = []
+    orig = _recorder._Tape.__torch_dispatch__
+
+    def spy(self: object, func: object, types: object, args: object = (), kwargs: object = None) -> object:
+        seen.append(str(func))
+        return orig(self, func, types, args, kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_recorder._Tape, "__torch_dispatch__", spy)
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 8), torch.zeros(16, 1)
+    with nanguard.attach(model, opt) as guard:
+        for _ in range(3):
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            assert guard.recorder.tape_is_on
+        with torch.autograd.profiler.record_function("user region"):
+            z = x * 2  # a user's own profiled region: its ops are still taped
+        assert guard.recorder.tape_is_on
+    assert not any("profiler" in s for s in seen)
+    assert "aten.mul.Tensor" in seen and z.shape == x.shape

@@ -2,7 +2,8 @@
 
 * Step recording pauses where ops are not part of the step: data loading (``DataLoader``
   iteration with ``num_workers=0`` runs the dataset's ops in this process; creating the iterator
-  forks workers) and ``zero_grad``.
+  forks workers) and ``zero_grad``; the profiler op at each end of a ``record_function`` region
+  (``optimizer.step()`` opens one) does not pass through the tape's mode.
 * LR schedulers and GradScalers created while a guard is active are registered, so a rollback
   restores their state too; ``GradScaler.step`` reports whether it skipped the optimizer step.
 
@@ -18,10 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as _F
 from torch.utils.data import dataloader as _dl
 
 from ..core import transparent as _transparent
 from ..core.transparent import transparent
+from ._modules import _compiling
 from ._recorder import StepRecorder
 
 __all__ = ["register_recorder", "unregister_recorder"]
@@ -62,6 +65,89 @@ def _paused(fn: Callable[..., Any], pop: bool = True, loads: bool = False,
     return wrapper
 
 
+#: the name ``optimizer.step()``'s own ``record_function`` opens, before its step hooks run
+_STEP_PROFILE = "Optimizer.step#"
+
+
+def _profile_enter(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``record_function.__enter__`` runs one profiler op, which would pass through the tape's
+    mode (~16 µs at each end of every ``optimizer.step()``, where a pop and a push cost ~3 µs):
+    the tape is popped around it. An optimizer step's region opens just before the pre-step hook,
+    which would pop the tape anyway: it stays popped (the region's exit puts it back)."""
+    @functools.wraps(fn)
+    def __enter__(self: Any) -> Any:
+        on = [r for r in _active if r.tape_is_on]
+        for r in on:
+            r.tape_off()
+        try:
+            return fn(self)
+        finally:
+            if on and str(getattr(self, "name", "")).startswith(_STEP_PROFILE):
+                self._nanguard_popped = on  # pushed again when the region closes
+            else:
+                _push_again(on)
+
+    return __enter__
+
+
+def _profile_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def __exit__(self: Any, *exc: Any) -> Any:
+        on = [r for r in _active if r.tape_is_on]
+        for r in on:
+            r.tape_off()
+        try:
+            return fn(self, *exc)
+        finally:
+            popped = self.__dict__.pop("_nanguard_popped", [])
+            _push_again(on + [r for r in popped if r not in on and exc[0] is None])
+
+    return __exit__
+
+
+#: ``torch.nn.functional``'s losses (and the distance helpers losses are built from), recorded
+#: as one tape event each instead of the two to five aten ops each runs: every op that passes
+#: through the tape's mode costs a trip into Python (~10-20 µs on a CPU) besides itself. All are
+#: deterministic and write none of their arguments; a replay re-runs the function under the
+#: locator, which sees the ops inside it with the user's line as their source.
+FUNCTIONAL = (
+    "cross_entropy", "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss",
+    "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "poisson_nll_loss", "gaussian_nll_loss",
+    "soft_margin_loss", "multilabel_soft_margin_loss", "multilabel_margin_loss", "multi_margin_loss",
+    "cosine_embedding_loss", "margin_ranking_loss", "hinge_embedding_loss", "triplet_margin_loss",
+    "ctc_loss", "normalize", "cosine_similarity", "pairwise_distance",
+)
+
+
+def _functional(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A ``torch.nn.functional`` function called while exactly one recorder's tape is on (outside
+    any module, not paused) is one tape event: its ops run with the tape popped. Anywhere else
+    (inside a module, under ``torch.compile``, no guard attached) it runs as it is."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        on = [r for r in _active if r.tape_is_on] if _active else None
+        if not on or len(on) > 1 or _compiling():
+            return fn(*args, **kwargs)
+        rec = on[0]
+        if rec.paused or rec.modules.depth or rec.truncated:
+            return fn(*args, **kwargs)
+        rec.tape_off()
+        if rec.tape_is_on:  # another mode above ours: the ops are recorded one by one
+            return fn(*args, **kwargs)
+        try:
+            return rec.record_call(fn, args, kwargs)
+        finally:
+            rec.tape_on()
+
+    return wrapper
+
+
+def _push_again(recs: list[StepRecorder]) -> None:
+    for r in recs:
+        if not r.paused and not r.modules.depth and r.resume_tape:
+            r.tape_on()
+
+
 _TARGETS: list[tuple[Any, str, bool, bool, bool]] = [  # owner, name, pop, loads, starts
     (_dl._BaseDataLoaderIter, "__next__", True, True, False),
     (_dl._BaseDataLoaderIter, "__init__", True, False, True),
@@ -77,6 +163,16 @@ def register_recorder(rec: StepRecorder) -> None:
             orig = owner.__dict__[name]
             _saved.append((owner, name, orig))
             setattr(owner, name, _paused(orig, pop, loads, starts))
+        for name in FUNCTIONAL:
+            orig = getattr(_F, name, None)
+            if callable(orig):
+                _saved.append((_F, name, orig))
+                setattr(_F, name, _functional(orig))
+        rf = torch.autograd.profiler.record_function
+        for name, wrap in (("__enter__", _profile_enter), ("__exit__", _profile_exit)):
+            orig = rf.__dict__[name]
+            _saved.append((rf, name, orig))
+            setattr(rf, name, wrap(orig))
     _active.append(rec)
 
 

@@ -6,6 +6,8 @@ While a guard is attached, every step is recorded as a short list of events:
   RNG state at its start (so dropout draws the same masks again);
 * a **tape op** — an aten op run *outside* any module (the loss written by hand, a ``.float()`` on
   the batch, ``torch.log`` of the model's output), with its arguments and the user's source line;
+  a ``torch.nn.functional`` loss called there is one tape op whose ``func`` is the Python function
+  (:meth:`StepRecorder.record_call`, from its wrapper in ``_patches``), not its aten ops;
 * a **backward** — the roots (the loss) and gradients of a backward pass.
 
 Recording is cheap: top-level module calls are told by a wrapper of ``Module.__call__``
@@ -82,7 +84,7 @@ class RngState:
     @classmethod
     def capture(cls) -> RngState:
         cuda = None
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_initialized():  # implies available; ~0.1 µs where is_available() is ~2
             cuda = torch.cuda.get_rng_state_all()
         return cls(torch.get_rng_state(), cuda)
 
@@ -286,6 +288,10 @@ class StepRecorder:
         self.loaded_batch = False
 
     # --- tape push/pop --------------------------------------------------------------------------
+    @property
+    def tape_is_on(self) -> bool:
+        return self._tape_on
+
     def tape_on(self) -> None:
         if (self._tape_on or not self.enabled or not self.resume_tape or self.paused or self._disarmed
                 or self.truncated):
@@ -411,6 +417,11 @@ class StepRecorder:
             self._fresh.update(k for k in (storage_key(t) for t in _flat(out)) if k not in ins)
         return out
 
+    def record_call(self, fn: Any, args: Any, kwargs: Any) -> Any:
+        """Run ``fn`` (a ``torch.nn.functional`` loss, with the tape popped) as one tape event:
+        called by its wrapper (``_patches.FUNCTIONAL``) where its ops would have been taped."""
+        return self._tape_op(fn, args, kwargs)
+
     def root_enter(self, mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.tape_off()
         if self.paused or not self.enabled or self.truncated or self.lean:
@@ -523,16 +534,22 @@ def _op_info(func: Any) -> tuple[bool, bool]:
     info = _OP_INFO.get(func)
     if info is None:
         name = getattr(func, "__name__", str(func))
-        writes = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
+        schema = getattr(func, "_schema", None)  # a Python function (``record_call``) has none
+        writes = schema is not None and any(a.alias_info is not None and a.alias_info.is_write
+                                            for a in schema.arguments)
         info = (any(w in name for w in _RANDOM_WORDS), writes)
         _OP_INFO[func] = info
     return info
 
 
 def mutated_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
-    """The tensors an op writes in place (``self`` of ``add_``, ``out=``, the lists of foreach)."""
+    """The tensors an op writes in place (``self`` of ``add_``, ``out=``, the lists of foreach);
+    none for a Python function recorded whole (``StepRecorder.record_call``)."""
     out: list[torch.Tensor] = []
-    for i, a in enumerate(func._schema.arguments):
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return out
+    for i, a in enumerate(schema.arguments):
         if a.alias_info is not None and a.alias_info.is_write:
             if a.kwarg_only:
                 if a.name in kwargs:
