@@ -574,3 +574,12 @@ def test_the_optimizers_profiler_region_does_not_pass_through_the_tape(monkeypat
         assert guard.recorder.tape_is_on
     assert not any("profiler" in s for s in seen)
     assert "aten.mul.Tensor" in seen and z.shape == x.shape
+
+
+def test_torchscript_compiles_a_wrapped_functional_loss_while_attached() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with nanguard.attach(model, opt):
+        scripted = torch.jit.script(nn.MSELoss())
+        value = scripted(torch.ones(3), torch.zeros(3))
+    assert float(value) == 1.0

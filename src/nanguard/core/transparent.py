@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any, TypeVar
 
-__all__ = ["install", "transparent", "uninstall"]
+__all__ = ["install", "thin_warn", "transparent", "uninstall"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,6 +51,12 @@ def _warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any =
         frame = frame.f_back
         extra += 1
     original(message, category, level + extra + 1, source, **kwargs)  # +1: this frame
+
+
+def thin_warn() -> Callable[..., None]:
+    """The function :func:`install` puts in place of ``warnings.warn`` (an adapter registers it
+    where the framework looks ``warnings.warn`` up by identity: TorchScript's builtins)."""
+    return _warn
 
 
 def install() -> None:

@@ -125,8 +125,10 @@ def _functional(fn: Callable[..., Any]) -> Callable[..., Any]:
     (inside a module, under ``torch.compile``, no guard attached) it runs as it is."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _compiling():  # first: what dynamo traces of this wrapper is the function alone
+            return fn(*args, **kwargs)
         on = [r for r in _active if r.tape_is_on] if _active else None
-        if not on or len(on) > 1 or _compiling():
+        if not on or len(on) > 1:
             return fn(*args, **kwargs)
         rec = on[0]
         if rec.paused or rec.modules.depth or rec.truncated:
@@ -139,6 +141,10 @@ def _functional(fn: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             rec.tape_on()
 
+    # TorchScript compiles the function itself, with its own globals (``torch.jit.script`` of a
+    # module that calls it, such as ``nn.MSELoss``): the marks of ``torch.jit._script_if_tracing``
+    setattr(wrapper, "__original_fn", fn)
+    setattr(wrapper, "__script_if_tracing_wrapper", True)
     return wrapper
 
 
@@ -156,9 +162,24 @@ _TARGETS: list[tuple[Any, str, bool, bool, bool]] = [  # owner, name, pop, loads
 ]
 
 
+def _script_warns() -> None:
+    """TorchScript compiles ``warnings.warn`` in a scripted function (``F.mse_loss`` warns on
+    mismatched shapes) as ``aten::warn``, found by the function's identity: the thin
+    ``warnings.warn`` of :mod:`~nanguard.core.transparent` is registered as the same builtin, or
+    ``torch.jit.script`` of such code fails while a guard is attached."""
+    try:
+        from torch.jit import _builtins
+    except ImportError:  # pragma: no cover - a torch without TorchScript
+        return
+    register = getattr(_builtins, "_register_builtin", None)
+    if register is not None:
+        register(_transparent.thin_warn(), "aten::warn")
+
+
 def register_recorder(rec: StepRecorder) -> None:
     if not _active:
         _transparent.install()
+        _script_warns()
         for owner, name, pop, loads, starts in _TARGETS:
             orig = owner.__dict__[name]
             _saved.append((owner, name, orig))
