@@ -77,6 +77,8 @@ def _profile_enter(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def __enter__(self: Any) -> Any:
         on = [r for r in _active if r.tape_is_on]
+        if not on:  # the tape is off already (zero_grad and DataLoader pop it themselves)
+            return fn(self)
         for r in on:
             r.tape_off()
         try:
@@ -94,13 +96,15 @@ def _profile_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def __exit__(self: Any, *exc: Any) -> Any:
         on = [r for r in _active if r.tape_is_on]
+        popped = self.__dict__.pop("_nanguard_popped", None)
+        if not on and not popped:
+            return fn(self, *exc)
         for r in on:
             r.tape_off()
         try:
             return fn(self, *exc)
         finally:
-            popped = self.__dict__.pop("_nanguard_popped", [])
-            _push_again(on + [r for r in popped if r not in on and exc[0] is None])
+            _push_again(on + [r for r in popped or () if r not in on and exc[0] is None])
 
     return __exit__
 
