@@ -59,8 +59,8 @@ def _paused(fn: Callable[..., Any], pop: bool = True, loads: bool = False,
         finally:
             for r in recs:
                 r.paused -= 1
-                if pop and not r.paused and not r.modules.depth and r.resume_tape:
-                    r.tape_on()
+            if pop:
+                _push_again(recs)
 
     return wrapper
 
@@ -84,7 +84,7 @@ def _profile_enter(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(self)
         finally:
-            if on and str(getattr(self, "name", "")).startswith(_STEP_PROFILE):
+            if str(getattr(self, "name", "")).startswith(_STEP_PROFILE):
                 self._nanguard_popped = on  # pushed again when the region closes
             else:
                 _push_again(on)

@@ -23,8 +23,6 @@ from ._untraced import untraced
 __all__ = ["NormCheck", "check", "check_grads", "check_params"]
 
 _LOW = (torch.float16, torch.bfloat16)
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-_STRIDED = torch.strided
 
 
 @dataclass
@@ -66,13 +64,11 @@ def _norms(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _checkable(ts: Sequence[torch.Tensor | None]) -> tuple[list[int], list[torch.Tensor]]:
-    """Indices and tensors of ``ts`` the check reads (a plain ``Tensor`` or ``Parameter`` —
-    a gradient is one — floating, strided, not meta, not empty)."""
+    """Indices and tensors of ``ts`` the check reads (:func:`~._stats.checkable`), in one loop."""
     idx: list[int] = []
     out: list[torch.Tensor] = []
     for i, t in enumerate(ts):
-        if (t is not None and type(t) in _PLAIN and t.is_floating_point() and t.layout == _STRIDED
-                and not t.is_meta and t.numel() > 0):
+        if t is not None and checkable(t):
             idx.append(i)
             out.append(t)
     return idx, out
