@@ -113,3 +113,13 @@ def test_only_the_sampled_steps_are_looked_at() -> None:
     assert g9._hz_mode is None and g9._hz_done
     from torch.utils._python_dispatch import _get_current_dispatch_mode
     assert _get_current_dispatch_mode() is None
+
+
+def _angle(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.mse_loss(z, y) + 1e-3 * torch.acos(F.cosine_similarity(z, y + 0.5, dim=0)).mean()
+
+
+def test_acos_of_a_cosine_is_warned_by_its_pattern() -> None:
+    (w,) = _train(_angle)[0]
+    assert (w.kind, w.step) == ("latent-hazard", SAMPLED_STEPS[-1])
+    assert w.message.startswith(f"`acos` at {_line(_angle)}") and "cosine-like" in w.message

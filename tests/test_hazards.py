@@ -203,3 +203,53 @@ def test_a_shrinking_margin_is_projected_to_its_edge() -> None:
     assert any("in ~" in r for r in log.reasons)
     # 77.55 e-folds left, falling 0.05 a step: the edge is ~1350 steps away, beyond 20 × 50
     assert exp.risk == "low" and exp.projected is not None and 1300 < exp.projected < 1400
+
+
+def test_acos_of_a_cosine_is_a_pattern_and_a_clamp_inside_one_guards_it() -> None:
+    """acos(cosine_similarity) is NaN once rounding takes the cosine past 1, and its gradient
+    is infinite at 1: risky whatever its margin; clamped strictly inside ±1 it is not."""
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        ang = torch.acos(F.cosine_similarity(out[:, :2], out[:, 2:], dim=1))  # the angle
+        return F.cross_entropy(out, y) + 1e-3 * ang.mean()
+
+    def clamped(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        c = F.cosine_similarity(out[:, :2], out[:, 2:], dim=1).clamp(-1 + 1e-7, 1 - 1e-7)
+        return F.cross_entropy(out, y) + 1e-3 * torch.acos(c).mean()
+
+    (h,) = [h for h in _risky(_train(loss)) if h.op == "acos"]
+    assert (h.kind, h.risk) == ("edge", "medium") and "cosine-like" in str(h.pattern)
+    assert h.source is not None and h.source.endswith(f"test_hazards.py:{_line('the angle', 0)}")
+    assert 0 < h.margin < 1 and h.stable_form is not None and "clamp" in h.stable_form
+    (g,) = [h for h in _train(clamped) if h.op == "acos"]
+    assert (g.risk, g.guarded, g.pattern) == ("low", True, None)
+
+
+class _Standardize(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)  # per sample
+
+
+def test_a_data_only_op_is_watched_once_its_result_meets_the_graph() -> None:
+    """A per-sample standardisation inside the model computes on data only (nothing requires
+    grad yet), but its result reaches the loss: its division is a hazard, in its module. A mask
+    made from data (log of a tril, -inf by design) and a data-only division that never meets the
+    graph and one that ran once at start-up are not."""
+    torch.manual_seed(0)
+    model = nn.Sequential(_Standardize(), nn.Linear(6, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 6), torch.randint(0, 4, (32,))
+    with nanguard.check(steps=3) as hz:
+        x = x / x.norm(dim=1, keepdim=True)  # the dataset prepared once: a division by a norm
+        for _ in range(10):
+            opt.zero_grad()
+            mask = torch.log(torch.tril(torch.ones(4, 4)))  # 0 and -inf: a causal mask
+            out = model(x)
+            loss = F.cross_entropy(out + mask[-1], y)
+            _ratio = (y > 0).float().sum() / (y >= 0).float().sum()  # grad enabled, never on the graph
+            loss.backward()
+            opt.step()
+    (h,) = hz.hazards
+    assert (h.op, h.module, h.risk) == ("div", "0", "medium")
+    assert h.pattern == "by a standard deviation without eps" and h.stable_form is not None
+    assert h.source is not None and h.source.endswith(f"test_hazards.py:{_line('per sample', 0)}")
+    assert len(h.margins) == 3 and h.margin > 0

@@ -7,12 +7,18 @@ ignored: Adam's ``sqrt`` sees 3e-17 and an accuracy metric divides by 1e-10 ever
 neither is a bug). What is kept per op and source line:
 
 * the **margin**, step by step: the smallest input of a ``log`` / ``sqrt`` / ``rsqrt`` / a
-  divisor (distance to the singularity at 0), the e-folds left before an ``exp`` overflows
-  (``ln(max) - max input``), the headroom of a float16/bfloat16 result (``max / max |x|``);
+  divisor (distance to the singularity at 0), ``1 - max |x|`` of an ``acos`` / ``asin`` /
+  ``atanh`` (distance to the edge of the domain, kind ``edge``), the e-folds left before an
+  ``exp`` overflows (``ln(max) - max input``), the headroom of a float16/bfloat16 result
+  (``max / max |x|``);
 * the **pattern** it was made by, when a stable form exists: ``log`` of a softmax or a sigmoid
   (``1 - sigmoid`` can jump from 1.2e-7 to exactly 0), ``log(exp(x) + 1)``, ``sqrt`` of a sum of
   squares (its gradient is infinite at 0), a hand-written softmax, a division by a sum or a
-  ``rsqrt`` of a variance without ``eps``.
+  ``rsqrt`` of a variance without ``eps``, an ``acos`` / ``asin`` not clamped inside ±1 (a
+  cosine rounds past 1, and the gradient is infinite at 1).
+
+An op the adapter saw on data only (its result met the graph later) and on just one of several
+steps is left out of the ranking: it prepared the data once, at start-up.
 
 Patterns and margins are judged separately, each with its reason (:func:`assess`): a margin
 within reach of the singularity is ``high`` risk, a pattern with a stable form ``medium``, an
@@ -56,7 +62,7 @@ class Hazard:
     """One unsafe op at one source line, over the steps checked."""
 
     op: str  # log, sqrt, rsqrt, div, exp, float16 ...
-    kind: str  # "zero" (singularity at 0), "overflow" (exp), "headroom" (low precision)
+    kind: str  # "zero" (singularity at 0), "edge" (acos/asin: ±1), "overflow" (exp), "headroom" (low precision)
     source: str | None
     source_code: str | None
     module: str | None
@@ -67,6 +73,7 @@ class Hazard:
     calls: int = 0
     guarded: bool = False  # its input was made with a floor (+ eps, a positive clamp)
     pattern_edge: float | None = None  # the pattern is risky at or below this margin (None: always)
+    data_only: bool = True  # every call computed on data only (its result met the graph later)
     risk: str = "low"
     reasons: list[str] = field(default_factory=list)
 
@@ -124,7 +131,7 @@ class Hazard:
             "margin": _num(self.margin), "first_margin": _num(self.margins[min(self.margins)]) if self.margins
             else None, "shrink": _num(shrink) if shrink is not None else None,
             "steps": len(self.margins), "calls": self.calls, "guarded": self.guarded,
-            "projected_steps": self.projected, "reasons": list(self.reasons),
+            "projected_steps": self.projected, "data_only": self.data_only, "reasons": list(self.reasons),
         }
 
 
@@ -145,15 +152,17 @@ class HazardBook:
     def observe(self, op: str, kind: str, margin: float, *, step: int, dtype: str,
                 source: str | None, source_code: str | None, module: str | None,
                 pattern: str | None = None, stable_form: str | None = None,
-                guarded: bool = False, pattern_edge: float | None = None) -> Key:
+                guarded: bool = False, pattern_edge: float | None = None, data_only: bool = False) -> Key:
         """An unsafe op ran at ``step`` with this ``margin`` (called by the adapter's mode);
-        the hazard's key."""
+        the hazard's key. ``data_only``: its inputs were data only (nothing required grad), and
+        its result reached an op on the autograd graph afterwards."""
         key = (op, source, module)
         h = self.hazards.get(key)
         if h is None:
             h = self.hazards[key] = Hazard(op, kind, source, source_code, module, dtype)
         h.calls += 1
         h.guarded = h.guarded or guarded
+        h.data_only = h.data_only and data_only
         if pattern and not h.pattern:
             h.pattern, h.stable_form, h.pattern_edge = pattern, stable_form, pattern_edge
         prev = h.margins.get(step)
@@ -168,8 +177,11 @@ class HazardBook:
             h.pattern, h.stable_form = pattern, stable_form
 
     def ranked(self) -> list[Hazard]:
-        """The hazards, assessed and ordered by risk, then by margin."""
-        out = [assess(h) for h in self.hazards.values()]
+        """The hazards, assessed and ordered by risk, then by margin. A data-only op seen on one
+        step of several is left out: it prepared the data once (a dataset normalised at start-up),
+        it is not part of the step."""
+        out = [assess(h) for h in self.hazards.values()
+               if not (h.data_only and len(h.margins) < 2 <= self.steps)]
         out.sort(key=lambda h: (_ORDER[h.risk], 0 if h.pattern else 1, h.margin))
         return out
 
@@ -191,6 +203,14 @@ def assess(h: Hazard) -> Hazard:
             reasons.append(f"its input came within {m:.3g} of 0 (< {NEAR_ZERO:g})")
         else:
             reasons.append(f"smallest input {m:.3g}")
+    elif h.kind == "edge" and h.guarded:
+        reasons.append(f"largest |input| 1 - {m:.3g}, guarded: it was clamped inside ±1")
+    elif h.kind == "edge":
+        if m < NEAR_ZERO:
+            risk = "high"
+            reasons.append(f"its input came within {m:.3g} of ±1, the edge of its domain (< {NEAR_ZERO:g})")
+        else:
+            reasons.append(f"largest |input| 1 - {m:.3g}")
     elif h.kind == "overflow":
         if m < EXP_EDGE:
             risk = "high"
@@ -216,9 +236,10 @@ def assess(h: Hazard) -> Hazard:
     checked = max(len(h.margins), 1)
     # a trend ranks a log or a divisor, not an exp or a sqrt: their margins did not tell bugs
     # from ordinary code on real programs (their patterns did); it is still reported
-    trend_ranks = h.kind == "zero" and h.op != "sqrt" and not h.guarded
+    trend_ranks = h.kind in ("zero", "edge") and h.op != "sqrt" and not h.guarded
     if ahead is not None and ahead <= PROJECT * checked:
-        edge = f"{EXP_EDGE:g} e-folds of overflow" if h.kind == "overflow" else f"{NEAR_ZERO:g} of 0"
+        edge = {"overflow": f"{EXP_EDGE:g} e-folds of overflow", "edge": f"{NEAR_ZERO:g} of ±1"}.get(
+            h.kind, f"{NEAR_ZERO:g} of 0")
         reasons.append(f"at the rate it shrank, it comes within {edge} in ~{ahead} more steps")
         if risk == "low" and trend_ranks:
             risk = "medium"

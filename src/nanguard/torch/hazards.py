@@ -4,10 +4,14 @@ A ``TorchDispatchMode`` that sees every aten op while the check runs (the first 
 optimizer steps), and for the unsafe ones whose result reaches the loss — grad enabled and an
 input on the autograd graph, outside ``optimizer.step()`` — hands the op's margin to the
 framework-free :class:`~nanguard.core.hazards.HazardBook`: the smallest input of a ``log``,
-``sqrt``, ``rsqrt``, ``reciprocal``, a divisor or a negative power, the e-folds left before an
-``exp`` overflows, the headroom of a float16/bfloat16 result. It also remembers, weakly, which
-op made each tensor (two levels up), so the pattern an op was made by — ``log`` of a softmax,
-``sqrt`` of a sum of squares — is known when it runs.
+``sqrt``, ``rsqrt``, ``reciprocal``, a divisor or a negative power, the distance of an ``acos``
+/ ``asin`` / ``atanh`` input to ±1, the e-folds left before an ``exp`` overflows, the headroom of
+a float16/bfloat16 result. An unsafe op on data only (grad enabled, nothing requiring grad yet:
+a per-sample standardisation at the top of ``forward``) is held on its result, carried through
+the data-only ops after it, and handed over when an op on the graph reads it; one already at
+its singularity (``log`` of a causal ``tril``: a mask, ``-inf`` by design) is not. It also
+remembers, weakly, which op made each tensor (four levels up), so the pattern an op was made by
+— ``log`` of a softmax, ``sqrt`` of a sum of squares — is known when it runs.
 
 It costs what a trace costs (a Python call per op and a reduction per unsafe op), so it is a
 check run once over a few steps, not a watch.
@@ -56,6 +60,8 @@ _NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "
           torch.float64: "float64"}
 #: a low-precision result is worth listing only within this factor of the dtype's largest value
 _LIST_HEADROOM = 1024.0
+#: data-only observations carried on one tensor at most (a long chain of masks stays cheap)
+_MAX_HELD = 16
 
 
 class CheckDone(BaseException):
@@ -88,6 +94,11 @@ def _parents(p: Prod | None) -> set[str]:
 #: (pattern, stable form, edge): the pattern is risky when the margin is at or below ``edge``
 #: (``None``: whatever the margin)
 Pattern = tuple[str, str, float | None]
+#: ops defined on [-1, 1] only, whose gradient is infinite at ±1
+_UNIT = frozenset({"acos", "asin", "atanh"})
+_UNIT_PATTERN: Pattern = (
+    "of a cosine-like value (inside ±1 only in exact arithmetic): rounding takes it past ±1 (NaN), "
+    "and its gradient is infinite at ±1", "torch.acos(c.clamp(-1 + 1e-7, 1 - 1e-7))  # asin alike", None)
 
 
 def _pattern(op: str, prod: Prod | None, exponent: float | None = None) -> Pattern | None:
@@ -129,6 +140,8 @@ def _match(op: str, prod: Prod | None, exponent: float | None) -> tuple[str, str
         return ("sqrt of a sum of squares (its gradient is infinite where the sum is 0)",
                 "torch.linalg.vector_norm(d, dim=-1)  # or (s + 1e-12).sqrt(), F.pairwise_distance")
     if op in ("rsqrt", "reciprocal", "div", "pow"):
+        if src in ("std", "std_mean") and op == "div":
+            return ("by a standard deviation without eps", "x / (std + 1e-5)  # or nn.LayerNorm")
         if src in ("var", "var_mean", "std") or (src in _SUMS and parents & _SQUARES and op != "div"):
             return ("of a variance without eps", "torch.rsqrt(var + 1e-5)  # or nn.LayerNorm / nn.RMSNorm")
         if src == "sqrt" and parents & {"var", "mean", "sum"}:
@@ -169,6 +182,10 @@ class HazardMode(TorchDispatchMode):
         self.prod: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.exp_keys: WeakIdKeyDictionary = WeakIdKeyDictionary()  # exp output -> its hazard
         self.in_optimizer = 0
+        #: data-only tensors -> the observations of the unsafe ops that made them (``_held``
+        #: while an op runs; ``None``: the op is on the graph, observations go to the book)
+        self.pending: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._held: list[dict[str, Any]] | None = None
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -179,13 +196,31 @@ class HazardMode(TorchDispatchMode):
         op = canonical_op(str(func))
         prods = tuple(self.prod.get(t) for t in tensors[:2])
         self._made(op, args, prods, out)  # also under no_grad: gaussian_nll_loss clamps var there
-        if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
-            return out  # not on the path to the loss (a metric, a mask, data preparation)
+        if not torch.is_grad_enabled():
+            return out  # not on the path to the loss (a metric, an evaluation)
+        if any(t.requires_grad for t in tensors):
+            self._commit(tensors)
+            self._held = None
+        else:  # data only (a mask, a per-sample standardisation): held until it meets the graph
+            self._held = [p for t in tensors for p in self.pending.get(t, ())][:_MAX_HELD]
         try:
             self._observe(op, args, tensors, prods, out)
         except RuntimeError:
             pass  # a tensor that cannot be reduced (meta, sparse): nothing to say
+        held, self._held = self._held, None
+        if held:
+            for o in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(o, torch.Tensor):
+                    self.pending[o] = held
         return out
+
+    def _commit(self, tensors: list[torch.Tensor]) -> None:
+        """An op on the autograd graph reads these: what data-only ops held on them reaches
+        the loss, and goes into the book."""
+        for t in tensors:
+            held = self.pending.pop(t, None)
+            for kw in held or ():
+                self.book.observe(**kw)
 
     def _made(self, op: str, args: Any, prods: tuple[Any, ...], out: Any) -> None:
         """Remember which op made each output (through ops that only move values)."""
@@ -223,6 +258,10 @@ class HazardMode(TorchDispatchMode):
             e = float(args[1])  # x ** 0.5 is a sqrt; x ** -1 a division
             self._add("sqrt" if e > 0 else "pow", "zero", _min(x) if e > 0 else _min_abs(x), x.dtype,
                       _pattern("pow", prods[0], e))
+        elif op in _UNIT:
+            m = 1.0 - _max_abs(x)  # the distance to the edge of the domain
+            inside = _guarded(prods[0]) and m > 0  # clamped strictly inside ±1
+            self._add(op, "edge", m, x.dtype, None if inside else _UNIT_PATTERN, inside)
         elif op in ("exp", "expm1"):
             left = math.log(MAX.get(_name(x.dtype), 3.4e38)) - _max(x)
             key = self._add(op, "overflow", left, x.dtype, None)
@@ -240,13 +279,20 @@ class HazardMode(TorchDispatchMode):
         """Hand one observation to the book; its key there (``None``: nothing recorded)."""
         if not math.isfinite(margin) and kind != "overflow":
             return None  # it already fired (a NaN/Inf input): what nanguard run is for
+        if self._held is not None and margin <= 0 and kind in ("zero", "edge"):
+            return None  # data already at the singularity, and the run went on: a mask (log of a tril)
         loc = user_frame(3)
         path, _typ = self.modules.current()
-        return self.book.observe(op, kind, margin, step=self.book.steps, dtype=_name(dtype),
-                                 source=loc.short if loc else None, source_code=loc.code if loc else None,
-                                 module=path or None, pattern=pattern[0] if pattern else None,
-                                 stable_form=pattern[1] if pattern else None, guarded=guarded,
-                                 pattern_edge=pattern[2] if pattern else None)
+        kw: dict[str, Any] = {
+            "op": op, "kind": kind, "margin": margin, "step": self.book.steps, "dtype": _name(dtype),
+            "source": loc.short if loc else None, "source_code": loc.code if loc else None,
+            "module": path or None, "pattern": pattern[0] if pattern else None,
+            "stable_form": pattern[1] if pattern else None, "guarded": guarded,
+            "pattern_edge": pattern[2] if pattern else None}
+        if self._held is not None:
+            self._held.append({**kw, "data_only": True})
+            return None
+        return self.book.observe(**kw)
 
 
 def _min(x: torch.Tensor) -> float:
@@ -255,6 +301,10 @@ def _min(x: torch.Tensor) -> float:
 
 def _min_abs(x: torch.Tensor) -> float:
     return float(x.detach().abs().min())
+
+
+def _max_abs(x: torch.Tensor) -> float:
+    return float(x.detach().abs().max())
 
 
 def _max(x: torch.Tensor) -> float:
