@@ -74,6 +74,19 @@ def test_gradients_updates_and_loss_each_have_their_rule() -> None:
     assert "(healthy ≈ 1e-3)" in kinds["updates-too-large"].message
 
 
+@pytest.mark.parametrize(("growth", "warned_at"), [(30.0, 12), (9.0, None)])
+def test_a_loss_growing_tenfold_three_times_is_diverging_a_step_sooner(growth: float,
+                                                                       warned_at: int | None) -> None:
+    """×30 at each of 3 steps (×2.7e4) is warned at the third; ×9 three times (×729, under
+    ×1000) waits for the fourth rise of the slower rule, which comes after the end here."""
+    recs = [{"loss": 1.0 - 0.01 * i} for i in range(10)]
+    recs += [{"loss": 0.91 * growth ** k} for k in range(1, 4)] + [{"loss": 0.5}]
+    got = [w for w in _run(recs) if w.kind == "loss-diverging"]
+    assert [w.step for w in got] == ([] if warned_at is None else [warned_at])
+    if got:
+        assert "grew at each of the last 3 steps, ×30 a step" in got[0].message
+
+
 def test_each_kind_is_said_once() -> None:
     recs = [{"loss": 1.0, "param_norm": 2.0 ** i} for i in range(12)]
     assert [w.kind for w in _run(recs)] == ["weights-growing"]

@@ -16,8 +16,8 @@ than of a spike (an edge-of-stability run's loss jumps and comes back within a s
 * ``updates-too-large`` — the update/weight ratio was 1 or more at each of the last 3 steps
   (healthy ≈ 1e-3: each update is as large as the weights themselves; an edge-of-stability
   run reaches 0.9 in its first steps);
-* ``loss-diverging`` — the loss grew at each of the last 4 steps, ×10 or more over them, to
-  above every loss of the 50 healthy steps before;
+* ``loss-diverging`` — the loss grew at each of the last 4 steps, ×10 or more over them, or
+  ×10 or more at each of the last 3, to above every loss of the 50 healthy steps before;
 * ``low-precision-headroom`` — in a float16 model, the loss or the gradient norm came within ×4
   of float16's largest value (65504): the adapter says which dtype the weights are in;
 * ``data-nonfinite`` — the data the run will read already holds a few NaN or Inf (a dataset's
@@ -55,6 +55,8 @@ HEADROOM = 4.0  # a float16 loss or gradient norm within this factor of 65504
 GRAD_GROWTH, GRAD_STEPS, GRAD_TOTAL = 1.5, 4, 10.0
 RATIO_HIGH, RATIO_STEPS = 1.0, 3
 LOSS_STEPS, LOSS_TOTAL, LOSS_CONTEXT = 4, 10.0, 50
+#: or ×10 or more at each of the last 3 steps (×1000 over them): a step sooner
+LOSS_FAST, LOSS_FAST_STEPS = 10.0, 3
 
 
 @dataclass
@@ -207,7 +209,7 @@ class EarlyWarnings:
         older = next((r for r in itertools.islice(history.newest(8), 2, None)
                       if r.optimizer == newest.optimizer and r.finite and not r.skipped), None)
         w_new, w_old = (newest, prev) if newest.param_norm is not None else (prev, older)
-        return (self._loss_rises >= LOSS_STEPS
+        return (self._loss_rises >= LOSS_FAST_STEPS
                 or (w_old is not None and _grew(w_old.param_norm, w_new.param_norm, WEIGHT_GROWTH))
                 or _grew(prev.grad_norm, newest.grad_norm, GRAD_GROWTH)
                 or (w_new.update_ratio or 0.0) >= RATIO_HIGH
@@ -275,17 +277,23 @@ class EarlyWarnings:
         return None
 
     def _loss(self, history: History, recs: list[StepRecord]) -> EarlyWarning | None:
-        tail = recs[-(LOSS_STEPS + 1):]
-        vals = _values(tail, "loss") if len(tail) == LOSS_STEPS + 1 else None
-        if vals is None or min(_ratios(vals)) <= 1.0 or vals[-1] / vals[0] < LOSS_TOTAL:
-            return None
-        before = history.series("loss", LOSS_CONTEXT + LOSS_STEPS + 1)[:-(LOSS_STEPS + 1)]
+        for k, each, total in ((LOSS_FAST_STEPS, LOSS_FAST, LOSS_FAST ** LOSS_FAST_STEPS),
+                               (LOSS_STEPS, 1.0, LOSS_TOTAL)):
+            tail = recs[-(k + 1):]
+            vals = _values(tail, "loss") if len(tail) == k + 1 else None
+            if vals is not None and min(_ratios(vals)) > each and vals[-1] / vals[0] >= total:
+                return self._loss_warning(history, tail, vals, k)
+        return None
+
+    def _loss_warning(self, history: History, tail: list[StepRecord], vals: list[float],
+                      k: int) -> EarlyWarning | None:
+        before = history.series("loss", LOSS_CONTEXT + k + 1)[:-(k + 1)]
         if before and vals[-1] <= max(before):
             return None  # no higher than the run has been: a spike it came back from before
-        rate = (vals[-1] / vals[0]) ** (1 / LOSS_STEPS)
+        rate = (vals[-1] / vals[0]) ** (1 / k)
         step = tail[-1].step
         return EarlyWarning(step, "loss-diverging",
-                            f"the loss grew at each of the last {LOSS_STEPS} steps, ×{rate:.3g} a step "
+                            f"the loss grew at each of the last {k} steps, ×{rate:.3g} a step "
                             f"({vals[0]:.4g} → {vals[-1]:.4g}), above anything since step "
                             f"{max(tail[0].step - LOSS_CONTEXT, history[0].step)}",
                             [f"loss at steps {tail[0].step}–{step}: " + ", ".join(f"{v:.4g}" for v in vals)],
