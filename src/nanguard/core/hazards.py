@@ -62,7 +62,9 @@ class Hazard:
     """One unsafe op at one source line, over the steps checked."""
 
     op: str  # log, sqrt, rsqrt, div, exp, float16 ...
-    kind: str  # "zero" (singularity at 0), "edge" (acos/asin: ±1), "overflow" (exp), "headroom" (low precision)
+    #: "zero" (singularity at 0), "edge" (acos/asin: ±1), "overflow" (exp), "headroom" (low
+    #: precision), "masked" (a softmax over masked scores: its margin the fewest unmasked positions)
+    kind: str
     source: str | None
     source_code: str | None
     module: str | None
@@ -111,7 +113,7 @@ class Hazard:
         :data:`EXP_EDGE` e-folds), at the rate it shrank over the steps checked (geometric for a
         distance to 0, linear for e-folds); ``None`` when it is not shrinking."""
         t = self._thirds()
-        if t is None or self.kind == "headroom":
+        if t is None or self.kind in ("headroom", "masked"):
             return None
         first, last, n = t
         if self.kind == "overflow":
@@ -211,6 +213,8 @@ def assess(h: Hazard) -> Hazard:
             reasons.append(f"its input came within {m:.3g} of ±1, the edge of its domain (< {NEAR_ZERO:g})")
         else:
             reasons.append(f"largest |input| 1 - {m:.3g}")
+    elif h.kind == "masked":
+        reasons.append(f"fewest unmasked positions in a row of the batches seen: {m:.0f}")
     elif h.kind == "overflow":
         if m < EXP_EDGE:
             risk = "high"

@@ -20,6 +20,7 @@ on the host), and steps where another dispatch mode is active (a trace, the user
 from __future__ import annotations
 
 from torch.utils._python_dispatch import _get_current_dispatch_mode
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ..core.controller import StepController
 from ..core.hazards import HazardBook, early_warning
@@ -42,6 +43,7 @@ class HazardSampling:
     _hz_mode: HazardMode | None = None
     _hz_book: HazardBook | None = None
     _hz_done = False
+    _hz_params: WeakIdKeyDictionary | None = None
 
     def hazards_sample_start(self) -> None:
         """When a step ended (the counter already moved on): start looking if the next step
@@ -52,8 +54,8 @@ class HazardSampling:
             self._hz_done = True
             return
         if self._hz_book is None:
-            self._hz_book = HazardBook()
-        mode = HazardMode(self._hz_book, self.modules)
+            self._hz_book, self._hz_params = HazardBook(), WeakIdKeyDictionary()
+        mode = HazardMode(self._hz_book, self.modules, self._hz_params)
         mode.__enter__()
         self._hz_mode = mode
 

@@ -33,6 +33,7 @@ from ..core.ops import canonical_op
 from ..core.source import user_frame
 from . import _autograd
 from ._modules import ModuleStack
+from ._rows import RowTrace
 
 __all__ = ["CheckDone", "HazardCheck", "check"]
 
@@ -62,6 +63,8 @@ _NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "
 _LIST_HEADROOM = 1024.0
 #: data-only observations carried on one tensor at most (a long chain of masks stays cheap)
 _MAX_HELD = 16
+#: a raw parameter's margin projected to reach 0 within this many steps is a hazard
+_PARAM_AHEAD = 50
 
 
 class CheckDone(BaseException):
@@ -176,7 +179,7 @@ def _name(dtype: torch.dtype) -> str:
 class HazardMode(TorchDispatchMode):
     """The check's dispatch mode (pushed for the whole check; see the module docstring)."""
 
-    def __init__(self, book: HazardBook, modules: ModuleStack) -> None:
+    def __init__(self, book: HazardBook, modules: ModuleStack, params: WeakIdKeyDictionary | None = None) -> None:
         super().__init__()
         self.book, self.modules = book, modules
         self.prod: WeakIdKeyDictionary = WeakIdKeyDictionary()
@@ -186,6 +189,10 @@ class HazardMode(TorchDispatchMode):
         #: while an op runs; ``None``: the op is on the graph, observations go to the book)
         self.pending: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._held: list[dict[str, Any]] | None = None
+        self.rows = RowTrace()
+        #: a parameter read by an unsafe op -> (step, margin) when first seen (shared by the
+        #: modes of the watch's sampled steps)
+        self.params: WeakIdKeyDictionary = WeakIdKeyDictionary() if params is None else params
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -195,6 +202,7 @@ class HazardMode(TorchDispatchMode):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         op = canonical_op(str(func))
         prods = tuple(self.prod.get(t) for t in tensors[:2])
+        self.rows.made(func, op, args, kwargs, out, self.prod)
         self._made(op, args, prods, out)  # also under no_grad: gaussian_nll_loss clamps var there
         if not torch.is_grad_enabled():
             return out  # not on the path to the loss (a metric, an evaluation)
@@ -243,7 +251,8 @@ class HazardMode(TorchDispatchMode):
             return
         if op in _ZERO:
             m = _min(x) + (1.0 if op == "log1p" else 0.0)
-            self._add(op, "zero", m, x.dtype, _pattern(op, prods[0]), _guarded(prods[0]))
+            self._add(op, "zero", m, x.dtype, _pattern(op, prods[0]) or self._moving(op, x, m),
+                      _guarded(prods[0]))
         elif op == "div" and len(args) > 1 and isinstance(args[1], torch.Tensor) and args[1].numel():
             d = args[1]
             if d.is_floating_point():
@@ -253,7 +262,9 @@ class HazardMode(TorchDispatchMode):
                 if exp_key is not None and pat is not None:  # the exp that overflows is the hazard
                     self.book.set_pattern(exp_key, pat[0], pat[1])
                     pat = None
-                self._add("div", "zero", _min_abs(d), d.dtype, pat, _guarded(dp))
+                m = _min_abs(d)
+                self._add("div", "zero", m, d.dtype, self._data_zero(d) or pat or self._moving("div", d, m),
+                          _guarded(dp))
         elif op == "pow" and len(args) > 1 and isinstance(args[1], (int, float)) and 0 != args[1] < 1:
             e = float(args[1])  # x ** 0.5 is a sqrt; x ** -1 a division
             self._add("sqrt" if e > 0 else "pow", "zero", _min(x) if e > 0 else _min_abs(x), x.dtype,
@@ -267,12 +278,46 @@ class HazardMode(TorchDispatchMode):
             key = self._add(op, "overflow", left, x.dtype, None)
             if isinstance(out, torch.Tensor) and key is not None:
                 self.exp_keys[out] = key
+        elif op in _SOFTMAX:
+            got = self.rows.masked_softmax(x)
+            if got is not None:
+                self._add("softmax", "masked", got[1], x.dtype, (
+                    f"softmax over scores filled with -inf where the data masks them: {got[0]} hold a "
+                    "row masked at every position (a softmax of -inf only is 0/0)",
+                    "scores.masked_fill(mask, torch.finfo(scores.dtype).min)  # or drop the empty rows", None))
         if isinstance(out, torch.Tensor) and out.dtype in _LOW and out.numel():
             big = float(out.detach().abs().max())
             if math.isfinite(big) and big > 0:
                 room = MAX[_LOW[out.dtype]] / big
                 if room < _LIST_HEADROOM:
                     self._add(_LOW[out.dtype], "headroom", room, out.dtype, None)
+
+    def _data_zero(self, d: torch.Tensor) -> Pattern | None:
+        """A divisor taken from the data, or summed from it, that rows of its source make 0."""
+        said = self.rows.zero_divisor(d)
+        if said is None:
+            return None
+        return (f"division by data that is 0 on some rows: {said}",
+                "x / d.clamp_min(1e-8)  # or drop those rows; a masked mean: .clamp_min(1) on the count", None)
+
+    def _moving(self, op: str, x: torch.Tensor, margin: float) -> Pattern | None:
+        """A parameter read as it is (no softplus, no clamp) that gradient steps take toward the
+        singularity at 0: its smallest value shrank since it was first seen, at a rate that
+        reaches 0 within :data:`_PARAM_AHEAD` steps."""
+        if not isinstance(x, torch.nn.Parameter):
+            return None
+        if x not in self.params:
+            self.params[x] = (self.book.steps, margin)
+        first_step, first = self.params[x]
+        n = self.book.steps - first_step
+        if n <= 0 or not 0 < margin < first:
+            return None
+        ahead = math.ceil(margin / ((first - margin) / n))
+        if ahead > _PARAM_AHEAD:
+            return None
+        return (f"{op} of a raw parameter that gradient steps take toward 0: its smallest value "
+                f"went {first:.3g} → {margin:.3g} in {n} step{'s' if n != 1 else ''}, 0 in ~{ahead} more",
+                "torch.exp(log_v)  # or F.softplus(raw) + 1e-6: positive by construction", None)
 
     def _add(self, op: str, kind: str, margin: float, dtype: torch.dtype,
              pattern: Pattern | None, guarded: bool = False) -> Any:
