@@ -3,6 +3,7 @@
     python benchmarks/early.py                 # the torch suite and the held-out rounds, 2 at a time
     python benchmarks/early.py --jobs 1 --json out.json
     python benchmarks/early.py --keras         # the Keras suite and its held-out round instead
+    python benchmarks/early.py --only m03 s05  # a few scenarios, by the start of their name
 
 Every scenario of ``benchmarks/scenarios`` (the suite), ``scenarios/holdout`` and
 ``scenarios/holdout_lr`` (written by people who had not read the code) — with ``--keras``,
@@ -57,8 +58,11 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--keras", action="store_true", help="the Keras scenarios instead of the torch ones")
+    p.add_argument("--only", nargs="+", metavar="NAME",
+                   help="only the scenarios whose name starts with one of these (the score is then theirs)")
     a = p.parse_args()
-    scenarios = [s for d in (KERAS_DIRS if a.keras else DIRS) for s in discover(directory=d)]
+    scenarios = [s for d in (KERAS_DIRS if a.keras else DIRS) for s in discover(directory=d)
+                 if not a.only or s.name.startswith(tuple(a.only))]
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
         rows = list(pool.map(run, scenarios))
     print(f"# python benchmarks/early.py --jobs {a.jobs}{' --keras' if a.keras else ''}\n")
