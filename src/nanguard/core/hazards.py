@@ -53,6 +53,9 @@ HEADROOM_WATCH = 64.0
 SHRINK = 10.0
 #: a shrinking margin projected to reach its edge within this many times the steps checked
 PROJECT = 20
+#: a recurrence whose gradient overflows within a chain of this many calls: sequence lengths in
+#: common use (a BPTT window, a sentence of tokens, a clip of frames) reach it
+RECURRENCE_EDGE = 512
 RISKY = ("high", "medium")
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 
@@ -63,7 +66,9 @@ class Hazard:
 
     op: str  # log, sqrt, rsqrt, div, exp, float16 ...
     #: "zero" (singularity at 0), "edge" (acos/asin: ±1), "overflow" (exp), "headroom" (low
-    #: precision), "masked" (a softmax over masked scores: its margin the fewest unmasked positions)
+    #: precision), "masked" (a softmax over masked scores: its margin the fewest unmasked
+    #: positions), "recurrence" (the gradient growing back through a module fed its own output:
+    #: its margin the chain of calls at which it overflows)
     kind: str
     source: str | None
     source_code: str | None
@@ -113,7 +118,7 @@ class Hazard:
         :data:`EXP_EDGE` e-folds), at the rate it shrank over the steps checked (geometric for a
         distance to 0, linear for e-folds); ``None`` when it is not shrinking."""
         t = self._thirds()
-        if t is None or self.kind in ("headroom", "masked"):
+        if t is None or self.kind in ("headroom", "masked", "recurrence"):
             return None
         first, last, n = t
         if self.kind == "overflow":
@@ -165,7 +170,7 @@ class HazardBook:
         h.calls += 1
         h.guarded = h.guarded or guarded
         h.data_only = h.data_only and data_only
-        if pattern and not h.pattern:
+        if pattern and (not h.pattern or margin < h.margin):  # said with the worst margin
             h.pattern, h.stable_form, h.pattern_edge = pattern, stable_form, pattern_edge
         prev = h.margins.get(step)
         h.margins[step] = margin if prev is None else min(prev, margin)
@@ -215,6 +220,12 @@ def assess(h: Hazard) -> Hazard:
             reasons.append(f"largest |input| 1 - {m:.3g}")
     elif h.kind == "masked":
         reasons.append(f"fewest unmasked positions in a row of the batches seen: {m:.0f}")
+    elif h.kind == "recurrence":
+        calls = f"a chain of ~{m:.0f} calls overflows {h.dtype}'s backward at that rate"
+        if m <= RECURRENCE_EDGE:
+            risk = "high"
+            calls += f" (≤ {RECURRENCE_EDGE}: a sequence length in common use)"
+        reasons.append(f"{h.pattern}: {calls}" if h.pattern else calls)
     elif h.kind == "overflow":
         if m < EXP_EDGE:
             risk = "high"
@@ -232,7 +243,7 @@ def assess(h: Hazard) -> Hazard:
         else:
             reasons.append(f"{m:.3g}× below {h.dtype}'s largest value")
     shrink = h.shrink
-    if shrink is not None and shrink >= SHRINK and h.kind != "overflow":
+    if shrink is not None and shrink >= SHRINK and h.kind not in ("overflow", "recurrence"):
         reasons.append(f"the margin shrank ×{shrink:.3g} over {len(h.margins)} steps")
     elif shrink is not None and h.kind == "overflow" and shrink >= 1.25:
         reasons.append(f"the e-folds left fell ×{shrink:.3g} over {len(h.margins)} steps")
@@ -247,7 +258,7 @@ def assess(h: Hazard) -> Hazard:
         reasons.append(f"at the rate it shrank, it comes within {edge} in ~{ahead} more steps")
         if risk == "low" and trend_ranks:
             risk = "medium"
-    if h.pattern:
+    if h.pattern and h.kind != "recurrence":  # a recurrence's growth is its margin's reason
         p_edge = h.pattern_edge
         if p_edge is None or m <= p_edge:
             reasons.append(f"pattern: {h.pattern}")

@@ -70,7 +70,9 @@ class HazardSampling:
             mode.__exit__(None, None, None)
         else:  # another mode was pushed above it: it stays, passing every op through
             mode.in_optimizer = _PASS_ALL
+            mode.recurrence.stop()
             self._hz_done = True
+        mode.step_done()
         book = self._hz_book
         assert book is not None
         book.steps += 1

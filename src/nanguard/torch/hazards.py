@@ -33,6 +33,7 @@ from ..core.ops import canonical_op
 from ..core.source import user_frame
 from . import _autograd
 from ._modules import ModuleStack
+from ._recurrence import Gain, RecurrenceProbe
 from ._rows import RowTrace
 
 __all__ = ["CheckDone", "HazardCheck", "check"]
@@ -65,6 +66,8 @@ _LIST_HEADROOM = 1024.0
 _MAX_HELD = 16
 #: a raw parameter's margin projected to reach 0 within this many steps is a hazard
 _PARAM_AHEAD = 50
+_RECURRENCE_FIX = ("h = h.detach() every k calls (truncated backprop through time), a smaller or "
+                   "orthogonal recurrent init (nn.init.orthogonal_), or a gated cell (nn.GRUCell)")
 
 
 class CheckDone(BaseException):
@@ -193,6 +196,31 @@ class HazardMode(TorchDispatchMode):
         #: a parameter read by an unsafe op -> (step, margin) when first seen (shared by the
         #: modes of the watch's sampled steps)
         self.params: WeakIdKeyDictionary = WeakIdKeyDictionary() if params is None else params
+        self.recurrence = RecurrenceProbe(modules)
+
+    def __enter__(self) -> HazardMode:
+        self.recurrence.start()
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.recurrence.stop()
+        super().__exit__(*exc)
+
+    def step_done(self) -> None:
+        """When a step's backward is done (before the book counts the step): how the gradient
+        grew back through each recurrence of the step, into the book."""
+        for g in self.recurrence.collect():
+            self._gain(g)
+
+    def _gain(self, g: Gain) -> None:
+        at = g.overflow_at
+        if not math.isfinite(at):
+            return  # it shrinks going back: nothing to overflow
+        self.book.observe(
+            "recurrence", "recurrence", at, step=self.book.steps, dtype=g.dtype, source=g.source,
+            source_code=g.source_code, module=g.module or None, stable_form=_RECURRENCE_FIX,
+            pattern=f"the gradient grows ×{g.rate:.3g} per call of `{g.module or g.cls}` going back "
+                    f"through its recurrence (×{g.total:.3g} over the {g.calls} calls of a step)")
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -394,6 +422,7 @@ def check(steps: int | None = None) -> Iterator[HazardCheck]:
         mode.in_optimizer += 1
 
     def post(opt: Any, a: Any, k: Any) -> None:
+        mode.step_done()  # the step's ops pass through the mode until in_optimizer drops
         mode.in_optimizer -= 1
         hz.book.steps += 1
         if hz.limit is not None and hz.book.steps >= hz.limit:
