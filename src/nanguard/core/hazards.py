@@ -15,7 +15,10 @@ neither is a bug). What is kept per op and source line:
   (``1 - sigmoid`` can jump from 1.2e-7 to exactly 0), ``log(exp(x) + 1)``, ``sqrt`` of a sum of
   squares (its gradient is infinite at 0), a hand-written softmax, a division by a sum or a
   ``rsqrt`` of a variance without ``eps``, an ``acos`` / ``asin`` not clamped inside ±1 (a
-  cosine rounds past 1, and the gradient is infinite at 1).
+  cosine rounds past 1, and the gradient is infinite at 1);
+* for a **recurrence** (a module fed its own output, kind ``recurrence``), the length of the
+  chain of calls at which the gradient, growing per call going back at the rate measured,
+  passes the dtype's largest value: high at :data:`RECURRENCE_EDGE` calls or fewer.
 
 An op the adapter saw on data only (its result met the graph later) and on just one of several
 steps is left out of the ranking: it prepared the data once, at start-up.

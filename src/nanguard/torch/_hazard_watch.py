@@ -7,7 +7,8 @@ op); every other step costs nothing. Then the book is read once: an unsafe op on
 loss that is risky **by its margin** (a ``log`` or divisor input within 1e-6 of 0 or subnormal,
 an ``exp`` fewer than 10 e-folds from overflow) or **by a pattern whose singular point is part of
 its domain** (``log`` of a softmax or a sigmoid, ``log(exp(x) + 1)``, ``sqrt`` of a sum of
-squares, a division by a norm or a standard deviation, an ``acos`` not clamped inside ±1) is an
+squares, a division by a norm or a standard deviation, an ``acos`` not clamped inside ±1), or a
+recurrence whose gradient overflows within a chain of 512 calls at the rate it grows, is an
 early warning of kind ``latent-hazard``. Patterns that are
 risky only near an edge (a division by a count, risky once the count is 1) and float16 headroom
 (the loss and gradient rules of :mod:`nanguard.core.early` watch it every step) are left to
