@@ -5,8 +5,9 @@ Runs beside :class:`~nanguard.torch.hazards.HazardMode` (the watch's two sampled
 step of ``nanguard check``), as a global forward hook. At each module call with grad, the inputs'
 autograd history is walked a few nodes back (:data:`_WALK` at most); an input made from the
 output of an earlier call of the **same module** (``h = cell(x_t, h)``, also through a mask,
-a dropout or a residual add) links the two calls, and a hook on that earlier output keeps the
-gradient the backward brings it. When the step's backward is done, :meth:`RecurrenceProbe.collect`
+a dropout or a residual add) links the two calls, and a pre-hook on the autograd node that made
+that earlier output keeps the gradient the backward brings it (no tensor is held: the nodes
+are, until the step's backward is done). When the step's backward is done, :meth:`RecurrenceProbe.collect`
 reads, for each chain of linked calls, the gradient's norm at each call (latest first) and fits
 its growth per call going back: a tanh RNN in the chaotic regime (a recurrent init too large)
 grows ×1.3–1.7 per call and a long enough sequence overflows the backward, while a gated cell or
@@ -28,7 +29,6 @@ from typing import Any
 import torch
 from torch.nn.modules import module as _module
 from torch.utils._pytree import tree_leaves
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ..core.hazards import MAX
 from ..core.source import user_frame
@@ -72,10 +72,10 @@ class RecurrenceProbe:
     def __init__(self, modules: ModuleStack) -> None:
         self.modules = modules
         self._made: dict[Any, tuple[int, int]] = {}  # an output's grad_fn -> (module id, call)
-        self._outs: dict[tuple[int, int], list[torch.Tensor]] = {}  # a call -> its outputs
+        self._outs: dict[tuple[int, int], list[Any]] = {}  # a call -> the nodes that made its outputs
         self._calls: dict[int, int] = {}
         self._next: dict[tuple[int, int], int] = {}  # (module id, call) -> the call it fed
-        self._hooked: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._hooked: set[Any] = set()
         self._grads: dict[tuple[int, int], list[torch.Tensor]] = {}
         #: module id -> its path, class name, the line that called it and its code
         self._where: dict[int, tuple[str, str, str | None, str | None]] = {}
@@ -103,11 +103,12 @@ class RecurrenceProbe:
                 prev = self._fed_by(t.grad_fn, mid)
                 if prev is not None and (mid, prev) not in self._next:
                     self._link(mod, mid, prev, n)
-        outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-        if outs:
-            self._outs[(mid, n)] = outs
-            for t in outs:
-                self._made[t.grad_fn] = (mid, n)
+        nodes = list({t.grad_fn: None for t in tree_leaves(out)
+                      if isinstance(t, torch.Tensor) and t.grad_fn is not None})
+        if nodes:
+            self._outs[(mid, n)] = nodes
+            for node in nodes:
+                self._made[node] = (mid, n)
 
     def _fed_by(self, node: Any, mid: int) -> int | None:
         """The call of module ``mid`` whose output this autograd history starts from, if it is
@@ -131,14 +132,14 @@ class RecurrenceProbe:
             loc = user_frame(3)
             self._where[mid] = (self.modules.path_of(mod), type(mod).__name__, loc.short if loc else None,
                                 loc.code if loc else None)
-        for t in self._outs.get((mid, prev), ()):
-            if t.requires_grad and t not in self._hooked:
-                self._hooked[t] = True
-                t.register_hook(self._keeper((mid, prev)))
+        for node in self._outs.get((mid, prev), ()):
+            if node not in self._hooked:
+                self._hooked.add(node)
+                node.register_prehook(self._keeper((mid, prev)))
 
-    def _keeper(self, key: tuple[int, int]) -> Callable[[torch.Tensor], None]:
-        def keep(g: torch.Tensor) -> None:  # runs in the backward: the gradient of that output
-            self._grads.setdefault(key, []).append(g)
+    def _keeper(self, key: tuple[int, int]) -> Callable[[tuple[Any, ...]], None]:
+        def keep(grad_outputs: tuple[Any, ...]) -> None:  # in the backward: that call's output gradients
+            self._grads.setdefault(key, []).extend(g for g in grad_outputs if isinstance(g, torch.Tensor))
         return keep
 
     def collect(self) -> list[Gain]:
@@ -166,6 +167,7 @@ class RecurrenceProbe:
         return out
 
     def reset(self) -> None:
+        self._hooked.clear()
         self._made.clear()
         self._outs.clear()
         self._calls.clear()
