@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from diagnose import SCENARIOS_DIR, Scenario, _env, discover, nanguard_command
 
-DIRS = (SCENARIOS_DIR, SCENARIOS_DIR / "holdout", SCENARIOS_DIR / "holdout_lr")
+DIRS = (SCENARIOS_DIR, SCENARIOS_DIR / "holdout", SCENARIOS_DIR / "holdout_lr", SCENARIOS_DIR / "holdout_early")
 KERAS_DIRS = (SCENARIOS_DIR / "keras", SCENARIOS_DIR / "keras" / "holdout")
 MIN_STEP, MIN_LEAD = 5, 3
 
