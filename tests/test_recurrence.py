@@ -132,3 +132,24 @@ def test_a_module_called_once_per_step_or_on_unrelated_inputs_is_no_recurrence()
         torch.stack(ys).pow(2).sum().backward()
     mode.step_done()
     assert [h for h in book.hazards.values() if h.kind == "recurrence"] == []
+
+
+class _SharedAct(nn.Module):
+    """A cell written as a Linear and a Tanh module object reused: the Tanh has no weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.act = nn.Linear(3 + 32, 32), nn.Tanh()
+        nn.init.normal_(self.lin.weight, 0.0, 3.0 / math.sqrt(32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.zeros(x.shape[0], 32)
+        for t in range(x.shape[1]):
+            h = self.act(self.lin(torch.cat([x[:, t], h], 1)))
+        return h.sum(1, keepdim=True)
+
+
+def test_the_recurrence_is_named_at_the_module_with_weights() -> None:
+    torch.manual_seed(0)
+    (h,) = [h for h in _book_of(_SharedAct(), 24).ranked() if h.kind == "recurrence"]
+    assert (h.module, h.risk) == ("lin", "high")  # not `act`, which is fed its own output too

@@ -1,5 +1,5 @@
-"""The gradient through a recurrence: a module fed what it made (an RNN cell fed its hidden
-state), whose backward grows by a factor at every call it goes back through.
+"""The gradient through a recurrence: a module with weights fed what it made (an RNN cell fed its
+hidden state), whose backward grows by a factor at every call it goes back through.
 
 Runs beside :class:`~nanguard.torch.hazards.HazardMode` (the watch's two sampled steps, and every
 step of ``nanguard check``), as a global forward hook. At each module call with grad, the inputs'
@@ -93,8 +93,8 @@ class RecurrenceProbe:
     def _hook(self, mod: torch.nn.Module, args: Any, kwargs: Any, out: Any) -> None:
         """After each module call with grad: link it to the earlier call of the same module
         that made one of its inputs, and remember its outputs for the calls after it."""
-        if _compiling() or not torch.is_grad_enabled():
-            return
+        if _compiling() or not torch.is_grad_enabled() or next(mod.parameters(), None) is None:
+            return  # a module without weights (an activation, a dropout reused across layers) is no cell
         mid = id(mod)
         n = self._calls.get(mid, 0)
         self._calls[mid] = n + 1
@@ -154,13 +154,18 @@ class RecurrenceProbe:
         starts = set(self._next) - {(m, c) for (m, _), c in self._next.items()}
         best: dict[int, list[float]] = {}
         for mid, call in sorted(starts):
-            chain, key = [], (mid, call)
-            while key in self._next:
+            chain: list[float] = []
+            key = (mid, call)
+            while True:  # along the links; a call whose gradient was not read ends a segment
                 if key in norms:
                     chain.append(norms[key])
+                if key not in norms or key not in self._next:
+                    if len(chain) > len(best.get(mid, [])):
+                        best[mid] = chain
+                    chain = []
+                if key not in self._next:
+                    break
                 key = (mid, self._next[key])
-            if len(chain) > len(best.get(mid, [])):
-                best[mid] = chain
         out = [g for mid, chain in best.items()
                if (g := _fit(self._where[mid], dtypes.get(mid, "float32"), chain)) is not None]
         self.reset()
