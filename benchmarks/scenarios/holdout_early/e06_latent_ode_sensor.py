@@ -1,4 +1,5 @@
-# expect: {"cause": "nonfinite-input", "phase": "input", "op": "aten.addmm.default", "module": "embed"}
+# expect: {"cause": "nonfinite-input", "phase": "data", "op": "input", "module": null}
+# label in the suite's convention for data (phase "data", op "input", no module); its author wrote phase "input", op aten.addmm.default, module embed: the first op that reads the NaN frame
 # about: held out (round early): A latent-ODE model (GRUCell encoder run backwards, hand-written Euler solver, linear decoder) is fit to motion-capture pendulum logs in which one dropped frame was written as NaN; the batch holding that recording arrives at step 7 and the NaN flows from the input through the model, making the loss, gradients and weights NaN.
 import math
 import torch
