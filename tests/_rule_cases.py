@@ -122,6 +122,9 @@ def cases(fw: str) -> dict[str, Case]:
             fw, GROWING, phase="forward", op=mm, posinf=2, inputs=huge,
             ctx=_ctx(fw, optimizer="SGD", hyper={"lr": 10.0})),
         "grad_norm_grew": case(fw, GRADS_GREW, phase="forward", op=mm, posinf=2, inputs=huge),
+        "expansive_recurrence": case(
+            fw, phase="forward", op=mm, posinf=2, inputs=huge, module="rnn.cell",
+            ctx=_ctx(fw, optimizer="SGD", hyper={"lr": 0.01}, recurrences={"rnn": (1.36, 296.0)})),
         "sudden_overflow": case(fw, phase="forward", op=mm, posinf=2, inputs=huge),
     }
 

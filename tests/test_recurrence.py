@@ -153,3 +153,27 @@ def test_the_recurrence_is_named_at_the_module_with_weights() -> None:
     torch.manual_seed(0)
     (h,) = [h for h in _book_of(_SharedAct(), 24).ranked() if h.kind == "recurrence"]
     assert (h.module, h.risk) == ("lin", "high")  # not `act`, which is fed its own output too
+
+
+def test_a_long_sequence_that_overflows_an_expansive_cell_is_diagnosed_bad_initialization() -> None:
+    """A ReLU cell whose recurrent init grows its state at every call: short sequences train,
+    the long one at step 6 overflows the forward inside ``cell``; the early steps measured the
+    recurrence, the weights did not grow, so the initial weights are the cause."""
+    torch.manual_seed(0)
+    model = _Unrolled(gain=2.5)
+    model.cell.nonlinearity = "relu"
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    guard = nanguard.attach(model, opt)
+    try:
+        with redirect_stderr(io.StringIO()), pytest.raises(nanguard.NonFiniteError) as got:
+            for step in range(8):
+                x = torch.rand(8, 600 if step == 6 else 12, 3)
+                opt.zero_grad()
+                nn.functional.mse_loss(model(x), x[:, -1:, 0]).backward()
+                opt.step()
+    finally:
+        guard.detach()
+    f, d = got.value.finding, got.value.diagnosis
+    assert (f.step, f.phase, f.module, f.op) == (6, "forward", "cell", "aten.addmm.default")
+    assert d is not None and (d.cause.value, d.rule) == ("bad-initialization", "expansive_recurrence")
+    assert any("`cell` is a recurrence" in e for e in d.evidence)

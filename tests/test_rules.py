@@ -311,3 +311,18 @@ def test_evidence_is_all_the_rules_read() -> None:
                    input_producers=("aten._softmax.default",))
     assert Evidence.of(f).to_dict() == by_hand.ev.to_dict()
     assert diagnose_case(by_hand).evidence == diagnose(f).evidence
+
+
+def test_an_expansive_recurrence_is_bad_initialization_only_in_its_module_and_with_steady_weights() -> None:
+    c = cases("torch")["expansive_recurrence"]
+    d = overflow.expansive_recurrence(c)
+    assert d is not None and d.cause is Cause.BAD_INITIALIZATION
+    assert any("×1.36 per call" in e and "~296 calls" in e for e in d.evidence)
+    assert "orthogonal_" in d.fixes[0]
+    elsewhere = replace(c, ev=replace(c.ev, module="head"))  # not in the recurrence
+    assert overflow.expansive_recurrence(elsewhere) is None
+    assert diagnose_case(elsewhere).rule == "sudden_overflow"
+    grown = replace(c, trend=GROWING)  # the weights grew: the learning rate, not the init
+    assert overflow.expansive_recurrence(grown) is None
+    backward = replace(c, ev=replace(c.ev, phase="backward"))  # exploding gradients, another rule
+    assert overflow.expansive_recurrence(backward) is None

@@ -47,6 +47,7 @@ RULES: tuple[Rule, ...] = (
     overflow.backward_overflow,
     overflow.updates_too_large,
     overflow.grad_norm_grew,
+    overflow.expansive_recurrence,
     overflow.sudden_overflow,
 )
 

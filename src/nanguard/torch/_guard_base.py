@@ -152,6 +152,7 @@ class GuardBase(DataLook, HazardSampling):
             num_params=sum(p.numel() for p in params) or None,
             scheduler=type(scheds[0]).__name__ if scheds else None,
             lr_scale=self.recovery.lr_scale,
+            recurrences=dict(self.hz_recurrences or {}),
         )
 
     def _history_for(self, opt: torch.optim.Optimizer | None) -> History:

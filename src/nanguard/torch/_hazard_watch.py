@@ -45,6 +45,8 @@ class HazardSampling:
     _hz_book: HazardBook | None = None
     _hz_done = False
     _hz_params: WeakIdKeyDictionary | None = None
+    #: module path -> (growth per call, calls to overflow) of each recurrence seen growing
+    hz_recurrences: dict[str, tuple[float, float]] | None = None
 
     def hazards_sample_start(self) -> None:
         """When a step ended (the counter already moved on): start looking if the next step
@@ -73,7 +75,11 @@ class HazardSampling:
             mode.in_optimizer = _PASS_ALL
             mode.recurrence.stop()
             self._hz_done = True
-        mode.step_done()
+        for g in mode.step_done():
+            if g.rate > 1.0:
+                known = self.hz_recurrences = self.hz_recurrences or {}
+                if g.rate > known.get(g.module, (0.0, 0.0))[0]:
+                    known[g.module] = (g.rate, g.overflow_at)
         book = self._hz_book
         assert book is not None
         book.steps += 1

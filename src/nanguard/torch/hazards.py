@@ -206,11 +206,13 @@ class HazardMode(TorchDispatchMode):
         self.recurrence.stop()
         super().__exit__(*exc)
 
-    def step_done(self) -> None:
+    def step_done(self) -> list[Gain]:
         """When a step's backward is done (before the book counts the step): how the gradient
-        grew back through each recurrence of the step, into the book."""
-        for g in self.recurrence.collect():
+        grew back through each recurrence of the step, into the book; the fits."""
+        gains = self.recurrence.collect()
+        for g in gains:
             self._gain(g)
+        return gains
 
     def _gain(self, g: Gain) -> None:
         at = g.overflow_at

@@ -13,6 +13,7 @@ from .fixes import explode_fixes, lr_fixes, scale_hint
 
 __all__ = [
     "backward_overflow",
+    "expansive_recurrence",
     "first_backward_overflow",
     "first_step_overflow_small_activations",
     "grad_norm_grew",
@@ -169,6 +170,38 @@ def grad_norm_grew(case: Case) -> Diagnosis | None:
     return Diagnosis(
         Cause.EXPLODING_GRADIENTS, 0.75, "the gradient norm grew until the values overflowed", lines,
         explode_fixes(case),
+    )
+
+
+def _recurrence_of(case: Case) -> tuple[str, float, float] | None:
+    """The measured recurrence the failing op ran in (the module itself or one inside it)."""
+    mod = case.ev.module
+    if mod is None:
+        return None
+    for path, (rate, at) in case.ctx.recurrences.items():
+        if path == "" or mod == path or mod.startswith(path + "."):
+            return path, rate, at
+    return None
+
+
+def expansive_recurrence(case: Case) -> Diagnosis | None:
+    """A forward overflow inside a recurrence that the hazard look measured growing on its first
+    sampled steps, with the weights steady since: the recurrence was expansive from the initial
+    weights, and a long enough sequence overflowed it."""
+    got = _recurrence_of(case)
+    if got is None or case.ev.phase != "forward" or case.trend.weights_grew or case.trend.big_updates:
+        return None
+    path, rate, at = got
+    name = f"`{path}`" if path else "the model"
+    lines = _made(case)
+    lines.append(f"{name} is a recurrence (fed its own output) that was measured expansive on the early steps: "
+                 f"its gradient grew ×{num(rate)} per call going back; ~{at:.0f} calls overflow at that rate")
+    lines.append("the weights did not grow since: the gain came with the initial weights, and a sequence long "
+                 "enough overflowed")
+    fixes = [f for f in (case.say.smaller_gain, case.say.recurrent_fix, case.say.init_fix) if f is not None][:2]
+    return Diagnosis(
+        Cause.BAD_INITIALIZATION, 0.7, "an expansive recurrence from the initial weights overflowed on a long "
+        "sequence", lines, fixes,
     )
 
 
