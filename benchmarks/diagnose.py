@@ -130,6 +130,7 @@ class Result:
     error: str | None = None
     checks: dict[str, bool | None] = field(default_factory=dict)
     stderr_tail: str = ""
+    warnings: list[dict[str, Any]] = field(default_factory=list)  # the run log's early warnings
 
     @property
     def got(self) -> str:
@@ -295,6 +296,7 @@ def run_scenario(scenario: Scenario, policy: str = "raise", timeout: float = TIM
         error=error,
         checks=check(scenario.expect, exit_code, log, policy),
         stderr_tail=stderr[-2000:],
+        warnings=list((log or {}).get("warnings") or []),
     )
 
 

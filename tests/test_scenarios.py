@@ -124,6 +124,26 @@ def test_the_held_out_scripts_match_their_labels() -> None:
 
 
 @pytest.mark.slow
+def test_the_held_out_early_round_is_warned_ahead_and_matches_its_labels() -> None:
+    """12 scripts with a recurrence stepped by hand, written for the early warnings by someone
+    who had not read the code (benchmarks/scenarios/holdout_early): each failing one is warned 3
+    or more steps before its first non-finite value, no healthy one is warned, and each is
+    diagnosed as labelled."""
+    held_out = diagnose.discover(directory=diagnose.SCENARIOS_DIR / "holdout_early")
+    assert len(held_out) == 12
+    results = diagnose.run_all(held_out)
+    problems = [_explain(r) for r in results if not r.ok or r.error]
+    for r in results:
+        first = r.warnings[0]["step"] if r.warnings else None
+        if r.expect.healthy and r.warnings:
+            problems.append(f"{r.name}: healthy, yet warned: {r.warnings[0]['message']}")
+        elif not r.expect.healthy and (r.event is None or first is None or r.event["step"] - first < 3):
+            problems.append(f"{r.name}: first NaN at {r.event and r.event['step']}, first warning at {first}")
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.mark.slow
 def test_the_held_out_keras_scripts_match_their_labels() -> None:
     """11 Keras scripts written after the code by someone who had not read it
     (benchmarks/scenarios/keras/holdout)."""
