@@ -20,12 +20,15 @@ on the host), and steps where another dispatch mode is active (a trace, the user
 
 from __future__ import annotations
 
+import math
+
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..core.controller import StepController
 from ..core.hazards import HazardBook, early_warning
 from ._modules import ModuleStack
+from ._recurrence import Gain
 from .hazards import HazardMode
 
 __all__ = ["SAMPLED_STEPS", "HazardSampling"]
@@ -75,17 +78,21 @@ class HazardSampling:
             mode.in_optimizer = _PASS_ALL
             mode.recurrence.stop()
             self._hz_done = True
-        for g in mode.step_done():
-            if g.rate > 1.0:
-                known = self.hz_recurrences = self.hz_recurrences or {}
-                if g.rate > known.get(g.module, (0.0, 0.0))[0]:
-                    known[g.module] = (g.rate, g.overflow_at)
+        self._keep_recurrences(mode.step_done())
         book = self._hz_book
         assert book is not None
         book.steps += 1
         if self.step >= SAMPLED_STEPS[-1] or self._hz_done:
             self._hz_done = True
             self._warn(book)
+
+    def _keep_recurrences(self, gains: list[Gain]) -> None:
+        """The fastest growth seen per recurrent module, for the diagnosis (``RunContext``)."""
+        known = self.hz_recurrences if self.hz_recurrences is not None else {}
+        for g in gains:
+            if math.isfinite(g.overflow_at) and g.rate > known.get(g.module, (1.0, math.inf))[0]:
+                known[g.module] = (g.rate, g.overflow_at)
+        self.hz_recurrences = known or None
 
     def _warn(self, book: HazardBook) -> None:
         """One warning (the riskiest hazard), the next few named in its evidence."""
