@@ -65,3 +65,15 @@ def test_scan_wide_prints_time_against_columns() -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     assert "| columns | cells | file | seconds | µs per cell | NaN found |" in r.stdout
     assert "| 5,000 | 10,000 |" in r.stdout and "| NO |" not in r.stdout
+
+
+def test_recurrence_gain_prints_a_row_per_cell_init_and_loss() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run(
+        [sys.executable, "benchmarks/recurrence_gain.py", "--length", "12"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "×" in line]
+    assert len(rows) == 3 * 6 * 2
+    assert "| RNNCell (tanh) | default | last output | ×0." in r.stdout  # the default init shrinks it

@@ -177,3 +177,35 @@ def test_a_long_sequence_that_overflows_an_expansive_cell_is_diagnosed_bad_initi
     assert (f.step, f.phase, f.module, f.op) == (6, "forward", "cell", "aten.addmm.default")
     assert d is not None and (d.cause.value, d.rule) == ("bad-initialization", "expansive_recurrence")
     assert any("`cell` is a recurrence" in e for e in d.evidence)
+
+
+class _ConvCell(nn.Module):
+    """A cell whose recurrent weight is a submodule: ``hh`` is fed its own output too, through
+    the cell; the cell is the recurrence."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.xh, self.hh = nn.Linear(3, 32), nn.Linear(32, 32)
+        nn.init.normal_(self.hh.weight, 0.0, 3.0 / math.sqrt(32))
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.xh(x) + self.hh(h))
+
+
+class _WithConvCell(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = _ConvCell()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.zeros(x.shape[0], 32)
+        for t in range(x.shape[1]):
+            h = self.cell(x[:, t], h)
+        return h.sum(1, keepdim=True)
+
+
+def test_a_recurrence_inside_a_recurrence_is_named_at_the_outer_module() -> None:
+    torch.manual_seed(0)
+    hazards = [h for h in _book_of(_WithConvCell(), 24).ranked() if h.kind == "recurrence"]
+    assert [(h.module, h.risk) for h in hazards] == [("cell", "high")]  # not also `cell.hh`
+    assert hazards[0].source_code == "h = self.cell(x[:, t], h)"

@@ -10,8 +10,9 @@ that earlier output keeps the gradient the backward brings it (no tensor is held
 are, until the step's backward is done). When the step's backward is done, :meth:`RecurrenceProbe.collect`
 reads, for each chain of linked calls, the gradient's norm at each call (latest first) and fits
 its growth per call going back: a tanh RNN in the chaotic regime (a recurrent init too large)
-grows ×1.3–1.7 per call and a long enough sequence overflows the backward, while a gated cell or
-a standard init shrinks it (×0.6–1.0). The fit, the chain's length and the length at which the
+grows by a third or more per call and a long enough sequence overflows the backward, while a
+gated cell or a standard init shrinks it or keeps it level (``benchmarks/recurrence_gain.py``).
+A module inside another linked one (a cell's own ``Linear``) is left to the outer. The fit, the chain's length and the length at which the
 gradient would pass the dtype's largest value at that rate (:class:`Gain`) are what the hazard
 book gets (:mod:`nanguard.core.hazards`, kind ``recurrence``).
 
@@ -166,10 +167,10 @@ class RecurrenceProbe:
                 if key not in self._next:
                     break
                 key = (mid, self._next[key])
-        out = [g for mid, chain in best.items()
-               if (g := _fit(self._where[mid], dtypes.get(mid, "float32"), chain)) is not None]
+        fits = [g for mid, chain in best.items()
+                if (g := _fit(self._where[mid], dtypes.get(mid, "float32"), chain)) is not None]
         self.reset()
-        return out
+        return _outermost(fits)
 
     def reset(self) -> None:
         self._hooked.clear()
@@ -178,6 +179,14 @@ class RecurrenceProbe:
         self._calls.clear()
         self._next.clear()
         self._grads.clear()
+
+
+def _outermost(fits: list[Gain]) -> list[Gain]:
+    """The recurrences that are not inside another one: a cell's own ``Linear`` or ``Conv2d``
+    is fed its previous output too (through the cell), but the cell is the recurrence."""
+    paths = {g.module for g in fits}
+    return [g for g in fits if not any(p != g.module and (p == "" or g.module.startswith(p + "."))
+                                       for p in paths)]
 
 
 def _fit(where: tuple[str, str, str | None, str | None], dtype: str, chain: list[float]) -> Gain | None:
