@@ -34,6 +34,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -185,6 +186,10 @@ def assert_detached() -> None:
         raise RuntimeError(f"a variant left something installed: {bad}")
 
 
+#: the watch variant's guard of each model (``variant_ctx``)
+_WATCH_GUARDS: dict[int, Any] = {}
+
+
 @contextlib.contextmanager
 def variant_ctx(name: str, model: nn.Module, opt: torch.optim.Optimizer) -> Iterator[None]:
     if name in ("plain", "floor"):
@@ -193,8 +198,18 @@ def variant_ctx(name: str, model: nn.Module, opt: torch.optim.Optimizer) -> Iter
     elif name == "as-is":  # whatever is attached now (the memory table's own guard)
         yield
     elif name == "watch":
-        with nanguard.attach(model, opt):
+        # one guard per model for all of its blocks, detached between them: its steps go on from
+        # block to block as in one long run (a run attaches once: its looks at steps 0-2 and the
+        # first reads of the weights are paid in the warm-up, not again in every block)
+        g = _WATCH_GUARDS.get(id(model))
+        if g is None or g.model is not model:
+            g = _WATCH_GUARDS[id(model)] = nanguard.attach(model, opt)
+        else:
+            g.install()
+        try:
             yield
+        finally:
+            g.detach()
     elif name == "trace":
         with nanguard.locate(model):
             yield

@@ -12,7 +12,7 @@ from torch import nn
 
 import nanguard
 from nanguard.core.history import History, StepRecord
-from nanguard.torch._watched import WEIGHTS_EVERY
+from nanguard.torch._watched import WEIGHTS_EVERY, ReadCadence
 
 
 def _model() -> nn.Module:
@@ -32,11 +32,39 @@ def _param_norm_steps(lr: float, steps: int = 20) -> list[int]:
     return [r.step for r in g.history if r.param_norm is not None]
 
 
-def test_small_updates_have_the_weights_read_every_eighth_step() -> None:
+def test_small_updates_have_the_weights_read_every_eighth_step(monkeypatch: pytest.MonkeyPatch) -> None:
     # lr 1e-6: each update moves the weights by ~1e-7 of their norm. A record gets the weights
     # the next step's check read: steps 1-3 and every 8th step read them (and detach, at the end)
+    # — with reads free of cost (an unbounded budget), the cadence stays at its shortest
+    monkeypatch.setattr(ReadCadence, "BUDGET", float("inf"))
     known = _param_norm_steps(1e-6)
     assert known == [0, 1, 2, WEIGHTS_EVERY - 1, 2 * WEIGHTS_EVERY - 1, 19]
+
+
+def test_costly_reads_space_the_weights_reads_out_to_64_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    # reads that cost more than any budget: after the first 8 checks are timed, every 64th step
+    monkeypatch.setattr(ReadCadence, "BUDGET", 0.0)
+    known = _param_norm_steps(1e-6, steps=140)
+    assert known == [0, 1, 2, WEIGHTS_EVERY - 1, 63, 127, 139]
+
+
+def _cadence(step_s: float, check_s: float, n: int = 16) -> int:
+    c = ReadCadence()
+    for i in range(n):
+        c.timed(i * step_s, check_s, with_weights=False)
+    return c.every
+
+
+def test_the_cadence_is_what_two_reads_cost_against_a_quarter_percent_of_a_step() -> None:
+    # 2 reads every k steps <= 0.25 % of k steps: k >= 2 * check / (0.0025 * step), in powers of 2
+    assert _cadence(0.100, 0.0001) == 8     # a large compute-bound step: norms are 0.1 % of it
+    assert _cadence(0.010, 0.0003) == 32    # 2*0.3 ms / 25 us = 24 -> 32
+    assert _cadence(0.001, 0.00006) == 64   # the small MLP: norms 6 % of a step, capped at 64
+    assert _cadence(0.001, 0.00006, n=7) == WEIGHTS_EVERY  # not yet timed enough: the shortest
+    c = ReadCadence()
+    for i in range(16):  # checks that read the weights too do not count as a read's cost
+        c.timed(i * 0.001, 0.0005, with_weights=True)
+    assert c.every == WEIGHTS_EVERY
 
 
 def test_large_updates_have_the_weights_read_every_step() -> None:

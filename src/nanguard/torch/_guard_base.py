@@ -31,7 +31,7 @@ from ._hazard_watch import HazardSampling
 from ._modules import ModuleStack
 from ._recorder import StepRecorder
 from ._update_replay import UpdateReplay
-from ._watched import HYPER, WatchSet, opt_params, plain
+from ._watched import HYPER, ReadCadence, WatchSet, opt_params, plain
 from .snapshot import SCALERS, SCHEDULERS, Snapshotter
 from .watch import NormCheck
 
@@ -54,6 +54,7 @@ class GuardBase(DataLook, HazardSampling):
     modules: ModuleStack
     recorder: StepRecorder
     watch: WatchSet
+    cadence: ReadCadence  # how often quiet steps read the weights and the state
     update_replay: UpdateReplay
     on_step_end: list[Callable[[], None]]
     verify: bool
@@ -88,9 +89,9 @@ class GuardBase(DataLook, HazardSampling):
     _mask: Any
     _closure_step: bool
 
-    #: with policy "raise", the optimizer state is checked every this many steps (the weights
-    #: when ``_watched.weights_wanted``): each check reads the tensors once, and on a
-    #: memory-bound step that shows
+    #: the deferred watch (GPU) checks the optimizer state every this many steps (the
+    #: synchronous one every ``2 · ReadCadence.every``, the weights when
+    #: ``_watched.weights_wanted``): each check reads the tensors once
     STATE_CHECK_EVERY = 16
 
     @property

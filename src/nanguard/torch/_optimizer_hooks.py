@@ -14,6 +14,7 @@ Every optimizer's step is a step. A step that raises is ended cleanly (``_abort_
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -125,10 +126,14 @@ class OptimizerHooks(GuardBase):
         # the state too: periodically, and whenever the last update's gradients were large enough
         # for their squares to overflow float32 in it (Adam's exp_avg_sq, Adagrad's sum)
         last_gn = self.history[-1].grad_norm if len(self.history) else None
-        with_state = self.step % self.STATE_CHECK_EVERY == 0 or (last_gn is not None and not last_gn < 1e17)
-        due = self._params_due and primary and (with_state or weights_wanted(self.history, self.step))
+        every = self.cadence.every  # 8-64 steps: what the reads may cost (``ReadCadence``)
+        with_state = self.step % (2 * every) == 0 or (last_gn is not None and not last_gn < 1e17)
+        due = self._params_due and primary and (with_state or weights_wanted(self.history, self.step, every))
         weights, wnames = self.watch.weights(opt, with_state) if due else ([], [])
+        t0 = time.perf_counter()
         chk, pchk = check([p.grad for p in params], [*self._losses, *self._clip_norms], weights)
+        if primary:
+            self.cadence.timed(t0, time.perf_counter() - t0, bool(weights))
         if pchk is None and not chk.finite and self._params_due and primary:
             # not read with the gradients this step: the failure needs to know whether the last
             # update left them non-finite (its finding then blames that update)

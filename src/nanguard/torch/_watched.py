@@ -18,7 +18,7 @@ from ._modules import ModuleStack
 from ._modules import unwrap as _unwrap
 from ._stats import checkable
 
-__all__ = ["WatchSet", "opt_params", "plain", "weights_wanted"]
+__all__ = ["ReadCadence", "WatchSet", "opt_params", "plain", "weights_wanted"]
 
 HYPER = ("lr", "eps", "momentum", "weight_decay", "betas", "alpha", "nesterov", "dampening")
 
@@ -40,8 +40,8 @@ def plain(v: Any) -> Any:
 
 
 #: with policy ``raise`` the weights are read (fused with the gradients' check) at the first
-#: steps, every this many steps, and at each step whose last update may have moved them by
-#: :data:`WEIGHTS_MOVE` of their norm or more
+#: steps, every :attr:`ReadCadence.every` steps (8 to 64), and at each step whose last update may
+#: have moved them by :data:`WEIGHTS_MOVE` of their norm or more
 WEIGHTS_EVERY = 8
 #: a tenth of the ×1.25 a step that the ``weights-growing`` warning needs; the update's size is
 #: the history's estimate (``lr·|g|``; ``lr·√n`` for Adam-like updates), which an Adam step with a
@@ -50,20 +50,67 @@ WEIGHTS_EVERY = 8
 WEIGHTS_MOVE = 0.025
 
 
-def weights_wanted(history: History, step: int) -> bool:
+def weights_wanted(history: History, step: int, every: int = WEIGHTS_EVERY) -> bool:
     """Policy ``raise``, at step ``step``'s gradient check: read the weights the last update
-    left, now? On a healthy run with small updates the answer is "every 8th step", which halves
-    the fused check's reads on a model whose tensors are small; whenever the weights could be
-    growing fast enough for an early warning or a diagnosis to need each step, every step."""
-    if step < 4 or step % WEIGHTS_EVERY == 0 or not len(history):
+    left, now? On a healthy run with small updates the answer is "every ``every`` steps"
+    (:class:`ReadCadence`); whenever the weights could be growing fast enough for an early
+    warning or a diagnosis to need each step, every step."""
+    if step < 4 or step % every == 0 or not len(history):
         return True
     last = history[-1]
     if not last.finite or last.skipped or last.event is not None or last.update_norm is None:
         return True
-    known = next((r.param_norm for r in history.newest(WEIGHTS_EVERY) if r.param_norm is not None), None)
+    known = next((r.param_norm for r in history.newest(every) if r.param_norm is not None), None)
     if known is None or not math.isfinite(known) or known <= 0 or not math.isfinite(last.update_norm):
         return True
     return last.update_norm >= WEIGHTS_MOVE * known
+
+
+class ReadCadence:
+    """How often, on quiet steps, the weights (every :attr:`every` steps) and the optimizer state
+    (every ``2 · every``) join the fused check: as often as their reads cost at most
+    :attr:`BUDGET` of a step on average, between :attr:`LEAST` and :attr:`MOST` steps apart.
+
+    Fed at every synchronous check (the pre-step hook) with the time of that check; a check of
+    the gradients alone costs about what a read of the weights does (the same sizes), and the
+    state is twice that (Adam's two moments), so the reads of ``every`` steps cost about two
+    checks. A small or memory-bound model, whose norms are a large share of its step, has them
+    read every 32–64 steps; a large compute-bound one every 8. Powers of two: a step that is a
+    multiple of a longer interval is one of every shorter one."""
+
+    #: the periodic reads' share of a step (the copy kept to replay an update has 0.5 %)
+    BUDGET = 0.0025
+    LEAST, MOST = WEIGHTS_EVERY, 64
+
+    def __init__(self) -> None:
+        self.every = self.LEAST
+        self._last: float | None = None
+        self._steps: list[float] = []  # seconds between the starts of two checks
+        self._checks: list[float] = []  # seconds of a check that read the gradients alone
+        self._n = 0
+
+    def timed(self, start: float, seconds: float, with_weights: bool) -> None:
+        """A check started at ``start`` (``time.perf_counter()``) and took ``seconds``."""
+        if self._last is not None:
+            self._steps.append(start - self._last)
+            del self._steps[:-16]
+        self._last = start
+        if not with_weights:
+            self._checks.append(seconds)
+            del self._checks[:-16]
+        self._n += 1
+        if self._n % 8 == 0 and len(self._steps) >= 8 and len(self._checks) >= 4:
+            self.every = self._interval()  # medians, every 8 checks: one slow step moves nothing
+
+    def _interval(self) -> int:
+        step = sorted(self._steps)[len(self._steps) // 2]
+        check = sorted(self._checks)[len(self._checks) // 2]
+        if step <= 0:
+            return self.MOST
+        k = self.LEAST
+        while k < self.MOST and 2 * check > self.BUDGET * step * k:
+            k *= 2
+        return k
 
 
 class WatchSet:

@@ -47,7 +47,7 @@ from ._modules import ModuleStack
 from ._optimizer_hooks import OptimizerHooks
 from ._recorder import StepRecorder
 from ._update_replay import UpdateReplay
-from ._watched import WatchSet
+from ._watched import ReadCadence, WatchSet
 from .snapshot import Snapshotter
 from .watch import NormCheck, check_params
 
@@ -107,6 +107,7 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
         self.modules = ModuleStack(model)
         self.recorder = StepRecorder(self.modules)
         self.watch = WatchSet(model, self.modules)
+        self.cadence = ReadCadence()
         self.watch.primary = optimizer
         self.update_replay = UpdateReplay()
         self.on_step_end: list[Callable[[], None]] = []  # run after each step (the tracer's counter)
