@@ -198,16 +198,21 @@ class EarlyWarnings:
         step whose weights are known) to have grown, and the loss rule four rises in a row —
         counted here, one comparison a step."""
         newest = history[-1]
-        prev = next((r for r in itertools.islice(history.newest(8), 1, None)
-                     if r.optimizer == newest.optimizer and r.finite and not r.skipped), None)
+        # the two newest earlier records of this optimizer's healthy steps, in one pass
+        prev = older = None
+        for r in itertools.islice(history.newest(8), 1, None):
+            if r.optimizer == newest.optimizer and r.finite and not r.skipped:
+                if prev is None:
+                    prev = r
+                else:
+                    older = r
+                    break
         if prev is not None and newest.step != self._last_seen:  # once per step, however often asked
             self._last_seen = newest.step
             rose = _grew(prev.loss, newest.loss, 1.0)
             self._loss_rises = self._loss_rises + 1 if rose else 0
         if prev is None:
             return False
-        older = next((r for r in itertools.islice(history.newest(8), 2, None)
-                      if r.optimizer == newest.optimizer and r.finite and not r.skipped), None)
         w_new, w_old = (newest, prev) if newest.param_norm is not None else (prev, older)
         return (self._loss_rises >= LOSS_FAST_STEPS
                 or (w_old is not None and _grew(w_old.param_norm, w_new.param_norm, WEIGHT_GROWTH))

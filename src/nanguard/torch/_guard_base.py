@@ -82,6 +82,7 @@ class GuardBase(DataLook, HazardSampling):
     _updated: bool
     _last_update_step: int
     _weights_ok: bool | None
+    _weights_read: tuple[int, float] | None  # (record's step, weight norm) of the last read
     _bad_from_start: set[str]
     _dtype_of: Any = None  # the optimizer whose weights' dtype was last looked at
     _defer: bool | None  # the deferred watch (no host sync per step; ``_deferred``), decided once

@@ -128,7 +128,8 @@ class OptimizerHooks(GuardBase):
         last_gn = self.history[-1].grad_norm if len(self.history) else None
         every = self.cadence.every  # 8-64 steps: what the reads may cost (``ReadCadence``)
         with_state = self.step % (2 * every) == 0 or (last_gn is not None and not last_gn < 1e17)
-        due = self._params_due and primary and (with_state or weights_wanted(self.history, self.step, every))
+        due = self._params_due and primary and (
+            with_state or weights_wanted(self.history, self.step, every, self._weights_read))
         weights, wnames = self.watch.weights(opt, with_state) if due else ([], [])
         t0 = time.perf_counter()
         chk, pchk = check([p.grad for p in params], [*self._losses, *self._clip_norms], weights)
@@ -175,7 +176,8 @@ class OptimizerHooks(GuardBase):
         self._params_due = False
         self._weights_ok = pchk.finite
         if len(self.history) and self._updated:
-            self.history[-1].param_norm = param_norm(pchk, wnames)
+            norm = self.history[-1].param_norm = param_norm(pchk, wnames)
+            self._weights_read = (self.history[-1].step, norm) if norm is not None else None
             if pchk.finite:
                 self.controller.early.observe(self.history)  # the weight rules, a step sooner
         if pchk.finite or self._deferred is not None:
@@ -210,7 +212,7 @@ class OptimizerHooks(GuardBase):
             self._check_after_update(opt)
         if self.verify and primary and self.policy != "raise":
             self._verify(opt)
-        if not self.recorder.paused and not self.modules.depth:
+        if not self.recorder.paused and not self.modules.depth and not self.recorder.held_by_region:
             self.recorder.tape_on()
 
     def _check_after_update(self, opt: torch.optim.Optimizer) -> None:

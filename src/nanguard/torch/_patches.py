@@ -86,6 +86,8 @@ def _profile_enter(fn: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             if str(getattr(self, "name", "")).startswith(_STEP_PROFILE):
                 self._nanguard_popped = on  # pushed again when the region closes
+                for r in on:
+                    r.held_by_region = True  # the post-step hook leaves the push to the exit
             else:
                 _push_again(on)
 
@@ -97,6 +99,8 @@ def _profile_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
     def __exit__(self: Any, *exc: Any) -> Any:
         on = [r for r in _active if r.tape_is_on]
         popped = self.__dict__.pop("_nanguard_popped", None)
+        for r in popped or ():
+            r.held_by_region = False
         if not on and not popped:
             return fn(self, *exc)
         for r in on:

@@ -261,6 +261,9 @@ class StepRecorder:
         self._tape_on = False
         self.enabled = True
         self.resume_tape = False  # set while a guard is attached
+        #: popped by ``optimizer.step()``'s ``record_function`` region, which pushes it again
+        #: when it closes (``_patches._profile_exit``): the post-step hook need not
+        self.held_by_region = False
         self._pending_root: RootCall | None = None
         #: (storage, shape, dtype) of what the model calls of this step / the previous one
         #: returned: a model input that is one of them is state the script carries across steps

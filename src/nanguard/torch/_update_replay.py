@@ -41,6 +41,7 @@ class UpdateReplay:
         self._last_pre: float | None = None
         self._copy_size: tuple[tuple[int, int, int, int], int] | None = None
         self._usual_gn: tuple[int, float | None] | None = None
+        self._cheap: bool | None = None  # does a copy cost under BUDGET of a step (medians)?
 
     def keep(self, opt: torch.optim.Optimizer, params: Sequence[torch.Tensor], step: int,
              history: History, grad_norm: float | None) -> None:
@@ -74,16 +75,19 @@ class UpdateReplay:
             )
         self._copy_times.append(time.perf_counter() - t0)
         del self._copy_times[:-9]
+        self._cheap = None
 
     def _affordable(self, nbytes: int, step: int, opt: torch.optim.Optimizer, history: History,
                     grad_norm: float | None) -> bool:
         if self._step_times and self._copy_times:
-            # medians: one slow copy (a page fault, a busy core) must not switch copying off
-            step_time = sorted(self._step_times)[len(self._step_times) // 2]
-            copy_time = sorted(self._copy_times)[len(self._copy_times) // 2]
+            # medians: one slow copy (a page fault, a busy core) must not switch copying off;
+            # decided again every 8 steps, or after a new copy was timed
+            if self._cheap is None or step % 8 == 0:
+                step_time = sorted(self._step_times)[len(self._step_times) // 2]
+                copy_time = sorted(self._copy_times)[len(self._copy_times) // 2]
+                self._cheap = copy_time <= self.BUDGET * step_time
             probe = step % 50 == 0  # measure again now and then, even when off
-            return (copy_time <= self.BUDGET * step_time or probe
-                    or self.at_risk(opt, step, history, grad_norm))
+            return self._cheap or probe or self.at_risk(opt, step, history, grad_norm)
         return nbytes <= 16 << 20
 
     def at_risk(self, opt: torch.optim.Optimizer, step: int, history: History,

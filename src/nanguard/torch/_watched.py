@@ -50,17 +50,22 @@ WEIGHTS_EVERY = 8
 WEIGHTS_MOVE = 0.025
 
 
-def weights_wanted(history: History, step: int, every: int = WEIGHTS_EVERY) -> bool:
+def weights_wanted(history: History, step: int, every: int = WEIGHTS_EVERY,
+                   read: tuple[int, float] | None = None) -> bool:
     """Policy ``raise``, at step ``step``'s gradient check: read the weights the last update
     left, now? On a healthy run with small updates the answer is "every ``every`` steps"
     (:class:`ReadCadence`); whenever the weights could be growing fast enough for an early
-    warning or a diagnosis to need each step, every step."""
+    warning or a diagnosis to need each step, every step. ``read``: the step and the norm of the
+    last read, when the caller keeps it (else it is looked for in the history)."""
     if step < 4 or step % every == 0 or not len(history):
         return True
     last = history[-1]
     if not last.finite or last.skipped or last.event is not None or last.update_norm is None:
         return True
-    known = next((r.param_norm for r in history.newest(every) if r.param_norm is not None), None)
+    if read is not None:
+        known = read[1] if last.step - read[0] < every else None
+    else:
+        known = next((r.param_norm for r in history.newest(every) if r.param_norm is not None), None)
     if known is None or not math.isfinite(known) or known <= 0 or not math.isfinite(last.update_norm):
         return True
     return last.update_norm >= WEIGHTS_MOVE * known

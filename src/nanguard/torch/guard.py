@@ -134,6 +134,7 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
         self._clip_norms: list[torch.Tensor] = []
         self._sinks: list[Any] = []
         self._event_tag: str | None = None
+        self._weights_read: tuple[int, float] | None = None
         self._updated = False  # has an update been applied yet (else bad weights came in bad)
         self._last_update_step = -1
         self._weights_ok: bool | None = None  # the last check of the weights (None: not yet)
