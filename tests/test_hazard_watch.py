@@ -123,3 +123,34 @@ def test_acos_of_a_cosine_is_warned_by_its_pattern() -> None:
     (w,) = _train(_angle)[0]
     assert (w.kind, w.step) == ("latent-hazard", SAMPLED_STEPS[-1])
     assert w.message.startswith(f"`acos` at {_line(_angle)}") and "cosine-like" in w.message
+
+
+def test_an_evaluation_loop_between_steps_pauses_the_sampled_look() -> None:
+    # minGPT's adder.py evaluates the whole dataset right after step 0, inside sampled step 1:
+    # from the second no_grad forward on, the look's mode is popped until a forward builds a
+    # graph again; the training forward of step 1 is looked at, and the hazard still warned
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(64, 4), (torch.rand(64, 1) > 0.5).float()
+    modes: list[object] = []
+    model.register_forward_pre_hook(lambda m, a: modes.append(_get_current_dispatch_mode()))
+    err = io.StringIO()
+    with redirect_stderr(err), nanguard.attach(model, opt) as guard:
+        for step in range(4):
+            opt.zero_grad()
+            _bce_by_hand(model(x), y).backward()
+            opt.step()
+            if step == 0:
+                with torch.no_grad():
+                    for _ in range(5):
+                        model(x)
+    # forwards: step 0, five evaluation ones, then steps 1-3
+    assert modes[0] is None and isinstance(modes[1], HazardMode)  # the first eval forward is seen
+    assert modes[2:6] == [None] * 4  # the rest of the loop is not
+    assert isinstance(modes[6], HazardMode) and isinstance(modes[7], HazardMode)  # steps 1 and 2
+    assert modes[8] is None and guard._hz_done and not guard._hz_paused
+    (w,) = guard.controller.early.warnings
+    assert (w.kind, w.step) == ("latent-hazard", SAMPLED_STEPS[-1])
+    assert _get_current_dispatch_mode() is None

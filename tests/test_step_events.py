@@ -276,3 +276,46 @@ def test_state_carried_across_steps_is_not_data_and_recover_stops_on_the_first_e
     assert last[1] is not None and last[1].cause is Cause.LEARNING_RATE_TOO_HIGH  # not nonfinite-input
     assert [r["action"] for r in g.recoveries] == ["drop_batch", "give_up"]
     assert "carries across steps" in err.reason
+
+
+def test_clip_grad_norm_is_one_event_on_the_tape_and_no_gradient_is_copied() -> None:
+    # clip_grad_norm_ at every step: one event (get_total_norm, what a replay re-runs on its own
+    # gradients), not its ~9 ops with a copy of every gradient its in-place scaling overwrote
+    from nanguard.torch._recorder import TapeOp
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    with nanguard.attach(model, opt) as g:
+        for _ in range(2):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            total = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+            ops = [ev for ev in g.recorder.events if isinstance(ev, TapeOp)]
+            opt.step()
+    assert len(ops) == 2 and ops[0].func.__name__ == "cross_entropy"
+    assert ops[1].func is torch.nn.utils.get_total_norm
+    grads, = ops[1].args
+    assert all(a is p.grad for a, p in zip(grads, model.parameters()))  # the gradients themselves
+    assert float(total) > 0.01 and all(float(p.grad.norm()) < 0.0101 for p in model.parameters())
+
+
+def test_an_in_place_op_on_the_gradients_keeps_no_copy_of_them() -> None:
+    # a hand-written rescale of every gradient after backward(): the event names the gradients
+    # (a replay gives it the ones its backward made), and keeps no copy of what it overwrote
+    from nanguard.torch._recorder import TapeOp
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    batch_copy = x.clone()
+    with nanguard.attach(model, opt) as g:
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        grads = [p.grad for p in model.parameters()]
+        torch._foreach_mul_(grads, 0.5)
+        x.mul_(2.0)  # an in-place op on the batch (from outside the step): its copy is kept
+        (mul_g, mul_x) = [ev for ev in g.recorder.events if isinstance(ev, TapeOp)][-2:]
+        opt.step()
+    assert all(a is b for a, b in zip(mul_g.args[0], grads))
+    assert mul_x.args[0] is not x and torch.equal(mul_x.args[0], batch_copy)

@@ -3,7 +3,10 @@
 The check's :class:`~nanguard.torch.hazards.HazardMode` is pushed when step 0 ends and popped
 when step 1's gradients are checked (at ``optimizer.step()``, or after a closure ran); again for
 step 2. Those two steps cost what a trace costs (a Python call per op, a reduction per unsafe
-op); every other step costs nothing. Then the book is read once: an unsafe op on the path to the
+op); every other step costs nothing. A sampled step's look pauses (its mode popped) from the
+second ``no_grad`` model call on — an evaluation loop run between two steps, a rollout — until a
+forward builds a graph again: minGPT's ``adder.py`` evaluates the whole dataset right after
+step 0, ~170 000 ops that a look would have traced at ~40 µs each. Then the book is read once: an unsafe op on the path to the
 loss that is risky **by its margin** (a ``log`` or divisor input within 1e-6 of 0 or subnormal,
 an ``exp`` fewer than 10 e-folds from overflow) or **by a pattern whose singular point is part of
 its domain** (``log`` of a softmax or a sigmoid, ``log(exp(x) + 1)``, ``sqrt`` of a sum of
@@ -47,6 +50,7 @@ class HazardSampling:
     _hz_mode: HazardMode | None = None
     _hz_book: HazardBook | None = None
     _hz_done = False
+    _hz_paused = False  # the mode popped while the step's forwards build no graph
     _hz_params: WeakIdKeyDictionary | None = None
     #: module path -> (growth per call, calls to overflow) of each recurrence seen growing
     hz_recurrences: dict[str, tuple[float, float]] | None = None
@@ -72,7 +76,9 @@ class HazardSampling:
         if mode is None:
             return
         self._hz_mode = None
-        if _get_current_dispatch_mode() is mode:
+        if self._hz_paused:  # popped already (``hazards_quiet``)
+            self._hz_paused = False
+        elif _get_current_dispatch_mode() is mode:
             mode.__exit__(None, None, None)
         else:  # another mode was pushed above it: it stays, passing every op through
             mode.in_optimizer = _PASS_ALL
@@ -100,6 +106,21 @@ class HazardSampling:
         if found:
             found[0].evidence += [f"also: {w.message}" for w in found[1:4]]
             self.controller.early.add(found[0])
+
+    def hazards_quiet(self, quiet: bool) -> None:
+        """The recorder's ``on_quiet``: a sampled step's forwards stopped building a graph (an
+        evaluation loop or a rollout between two training steps: thousands of ops that are not
+        the training step's, each at trace cost) — the look pauses, its mode popped; it goes on
+        when a forward builds a graph again (the training forward it is there for)."""
+        mode = self._hz_mode
+        if mode is None:
+            return
+        if quiet and not self._hz_paused and _get_current_dispatch_mode() is mode:
+            mode.__exit__(None, None, None)
+            self._hz_paused = True
+        elif not quiet and self._hz_paused:
+            self._hz_paused = False
+            mode.__enter__()
 
     def hazards_release(self) -> None:
         """The guard detaches: a mode still pushed is popped (or left passing through)."""

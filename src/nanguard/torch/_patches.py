@@ -15,6 +15,7 @@ CUDA, an ``IterableDataset`` whose length is wrong) names the user's line, as wi
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -133,13 +134,8 @@ def _functional(fn: Callable[..., Any]) -> Callable[..., Any]:
     (inside a module, under ``torch.compile``, no guard attached) it runs as it is."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if _compiling():  # first: what dynamo traces of this wrapper is the function alone
-            return fn(*args, **kwargs)
-        on = [r for r in _active if r.tape_is_on] if _active else None
-        if not on or len(on) > 1:
-            return fn(*args, **kwargs)
-        rec = on[0]
-        if rec.paused or rec.modules.depth or rec.truncated:
+        rec = _sole_recorder()
+        if rec is None:
             return fn(*args, **kwargs)
         rec.tape_off()
         if rec.tape_is_on:  # another mode above ours: the ops are recorded one by one
@@ -154,6 +150,21 @@ def _functional(fn: Callable[..., Any]) -> Callable[..., Any]:
     setattr(wrapper, "__original_fn", fn)
     setattr(wrapper, "__script_if_tracing_wrapper", True)
     return wrapper
+
+
+def _sole_recorder() -> StepRecorder | None:
+    """The one recorder whose tape is on now, outside any module and not paused; ``None``
+    under ``torch.compile`` (first: what dynamo traces of a wrapper is the function alone),
+    with no guard attached, or with several."""
+    if _compiling():
+        return None
+    on = [r for r in _active if r.tape_is_on] if _active else None
+    if not on or len(on) > 1:
+        return None
+    rec = on[0]
+    if rec.paused or rec.modules.depth or rec.truncated:
+        return None
+    return rec
 
 
 def _push_again(recs: list[StepRecorder]) -> None:
@@ -278,15 +289,41 @@ _steps_seen: dict[int, int] = {}
 
 
 def _clip(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """``clip_grad_norm_``: the total norm it returns joins the step's check. Called on the
+    tape, it is one event: ``get_total_norm`` of the gradients (what a replay re-runs, on the
+    gradients its own backward made: the norm is what can overflow); its own ops — a norm per
+    gradient, then every gradient scaled in place — are not taped one by one (~9 trips into
+    Python and ~2 bookkeeping entries per gradient, at every step). torch < 2.6 has no
+    ``get_total_norm``: the ops are taped."""
+    total_norm_of = getattr(torch.nn.utils, "get_total_norm", None)
+
     @functools.wraps(orig)
     @transparent
     def clip_grad_norm_(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
-        out = orig(parameters, max_norm, *args, **kwargs)
-        for g in list(_guards):
-            g.clip_called(out, max_norm)
+        rec = _sole_recorder() if total_norm_of is not None else None
+        if rec is None:
+            out = orig(parameters, max_norm, *args, **kwargs)
+            _clip_called(out, max_norm)
+            return out
+        gen = isinstance(parameters, types.GeneratorType)
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        grads = [p.grad for p in params if p.grad is not None]
+        given = params if params or not gen else iter(())  # torch warns of an empty generator
+        rec.tape_off()
+        try:
+            out = rec.record_call(total_norm_of, (grads, *args), kwargs,
+                                  run=lambda: orig(given, max_norm, *args, **kwargs))
+            _clip_called(out, max_norm)  # with the tape off: its ``detach`` is no event
+        finally:
+            rec.tape_on()
         return out
 
     return clip_grad_norm_
+
+
+def _clip_called(total_norm: Any, max_norm: float) -> None:
+    for g in list(_guards):
+        g.clip_called(total_norm, max_norm)
 
 
 def _count_step(opt: Any, args: Any, kwargs: Any) -> None:

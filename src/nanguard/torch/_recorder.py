@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import math
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -264,6 +264,13 @@ class StepRecorder:
         #: popped by ``optimizer.step()``'s ``record_function`` region, which pushes it again
         #: when it closes (``_patches._profile_exit``): the post-step hook need not
         self.held_by_region = False
+        #: told when the step's forwards stop building a graph (the second ``no_grad`` model
+        #: call: an evaluation loop, a rollout) and when one builds a graph again
+        self.on_quiet: Callable[[bool], None] | None = None
+        #: ``id`` of each ``.grad`` of the watched weights (set by the guard), and its answer,
+        #: kept until the next backward or step
+        self.grads_now: Callable[[], set[int]] | None = None
+        self._grad_ids: set[int] | None = None
         self._pending_root: RootCall | None = None
         #: (storage, shape, dtype) of what the model calls of this step / the previous one
         #: returned: a model input that is one of them is state the script carries across steps
@@ -334,6 +341,7 @@ class StepRecorder:
         self._nograd_calls = 0
         self._disarmed = self.modules.quiet = False
         self.stood_aside = self.loaded_batch = False
+        self._grad_ids = None
         self._grad_calls = {}
         self.lean = False
         self.graph_finding = None
@@ -382,7 +390,7 @@ class StepRecorder:
             self._made[t] = Ref(idx, j)
         return len(outs)
 
-    def _tape_op(self, func: Any, args: Any, kwargs: Any) -> Any:
+    def _tape_op(self, func: Any, args: Any, kwargs: Any, run: Callable[[], Any] | None = None) -> Any:
         info = _op_info(func)
         rng = RngState.capture() if info[0] else None
         sargs, skw = self._spec(args), (self._spec(kwargs) if kwargs else kwargs)
@@ -400,11 +408,14 @@ class StepRecorder:
             elif (torch.is_grad_enabled() and _builds_graph(func)
                   and any(getattr(a, "requires_grad", False) for a in flat_args)):
                 self._forward_started = True
-        if prelude is None:
-            # an in-place op on a tensor from outside the step: keep what it overwrote
-            for t in external:
-                sargs = _replace(sargs, t, t.detach().clone())
-                skw = _replace(skw, t, t.detach().clone())
+        if prelude is None and external:
+            # an in-place op on a tensor from outside the step: keep what it overwrote (one walk
+            # for all of them) — but not of a gradient (``clip_grad_norm_`` scales them all at
+            # every step): a replay gives the op the gradient its own backward made instead
+            grads = self._gradients()
+            copies = {id(t): t.detach().clone() for t in external if id(t) not in grads}
+            if copies:
+                sargs, skw = _replace(sargs, copies), _replace(skw, copies)
         ev = TapeOp(func, sargs, skw, torch.is_grad_enabled(), user_frame(3), rng)
         ev.prelude = prelude
         gen = kwargs.get("generator") if kwargs else None
@@ -412,7 +423,7 @@ class StepRecorder:
             # torch.randint(..., generator=g): the replay must draw the same numbers from g
             ev.generator = (gen, gen.get_state())
         idx = self._append(ev)  # before running it: an op that raises is part of the step too
-        out = func(*args, **kwargs)
+        out = func(*args, **kwargs) if run is None else run()
         if idx >= 0:
             ev.n_out = self._register_outputs(idx, mutated if mutated else _flat(out))
         if not self._forward_started:
@@ -420,10 +431,19 @@ class StepRecorder:
             self._fresh.update(k for k in (storage_key(t) for t in _flat(out)) if k not in ins)
         return out
 
-    def record_call(self, fn: Any, args: Any, kwargs: Any) -> Any:
+    def _gradients(self) -> set[int]:
+        """``id`` of every ``.grad`` of the watched weights now (``grads_now``), once per
+        backward: asked only by an in-place op outside modules on a tensor from outside."""
+        if self._grad_ids is None:
+            self._grad_ids = self.grads_now() if self.grads_now is not None else set()
+        return self._grad_ids
+
+    def record_call(self, fn: Any, args: Any, kwargs: Any, run: Callable[[], Any] | None = None) -> Any:
         """Run ``fn`` (a ``torch.nn.functional`` loss, with the tape popped) as one tape event:
-        called by its wrapper (``_patches.FUNCTIONAL``) where its ops would have been taped."""
-        return self._tape_op(fn, args, kwargs)
+        called by its wrapper (``_patches.FUNCTIONAL``) where its ops would have been taped.
+        ``run``: what runs now instead, whose result is the event's (``clip_grad_norm_``, whose
+        replay is ``fn``: the total norm alone, on the replayed gradients)."""
+        return self._tape_op(fn, args, kwargs, run)
 
     def root_enter(self, mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.tape_off()
@@ -439,8 +459,12 @@ class StepRecorder:
                 self._disarmed = True  # many forwards without a graph: an RL rollout, an eval loop
                 self.modules.quiet = self.stood_aside = True
                 self._pending_root = None
+                if self.on_quiet is not None:
+                    self.on_quiet(True)
                 return
         else:
+            if self._disarmed and self.on_quiet is not None:
+                self.on_quiet(False)
             self._disarmed = self.modules.quiet = False
         sargs, skw = self._spec(args), self._spec(kwargs)
         if grad and not self._from_model((sargs, skw)):
@@ -488,6 +512,7 @@ class StepRecorder:
         """Just before a ``backward()`` runs: its roots join the tape (not on a lean step, whose
         loss was made by ops nothing recorded: no replay re-runs it)."""
         self._grad_calls = {}
+        self._grad_ids = None  # the backward may make new gradient tensors
         if not self.enabled or self.lean:
             return
         self._append(Backward(kind, self._spec(list(roots)), self._spec(list(grads)),
@@ -564,14 +589,15 @@ def mutated_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
     return out
 
 
-def _replace(obj: Any, old: torch.Tensor, new: torch.Tensor) -> Any:
-    if obj is old:
-        return new
+def _replace(obj: Any, copies: dict[int, torch.Tensor]) -> Any:
+    """``obj`` with each tensor whose ``id`` is in ``copies`` replaced by its copy."""
+    if isinstance(obj, torch.Tensor):
+        return copies.get(id(obj), obj)
     if isinstance(obj, (list, tuple)):
-        items = [_replace(v, old, new) for v in obj]
+        items = [_replace(v, copies) for v in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
     if isinstance(obj, dict):
-        return {k: _replace(v, old, new) for k, v in obj.items()}
+        return {k: _replace(v, copies) for k, v in obj.items()}
     return obj
 
 

@@ -175,6 +175,8 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
         if self.optimizer is not None:
             self._schedulers.update(_schedulers_made_before(self.optimizer))
         self.modules.on_root_enter = self.recorder.root_enter
+        self.recorder.on_quiet = self.hazards_quiet  # a sampled look pauses during an eval loop
+        self.recorder.grads_now = lambda: {id(p.grad) for p in self.watch.params() if p.grad is not None}
         self.modules.on_root_exit = self.recorder.root_exit
         self.modules.install(roots_only=True)
         self._handles.append(_autograd.add_backward_listener(self))
