@@ -6,7 +6,7 @@ step 2. Those two steps cost what a trace costs (a Python call per op, a reducti
 op); every other step costs nothing. A sampled step's look pauses (its mode popped) from the
 second ``no_grad`` model call on — an evaluation loop run between two steps, a rollout — until a
 forward builds a graph again: minGPT's ``adder.py`` evaluates the whole dataset right after
-step 0, ~170 000 ops that a look would have traced at ~40 µs each. Then the book is read once: an unsafe op on the path to the
+step 0, ~170 000 ops that the look traced before (``docs/design.md``). Then the book is read once: an unsafe op on the path to the
 loss that is risky **by its margin** (a ``log`` or divisor input within 1e-6 of 0 or subnormal,
 an ``exp`` fewer than 10 e-folds from overflow) or **by a pattern whose singular point is part of
 its domain** (``log`` of a softmax or a sigmoid, ``log(exp(x) + 1)``, ``sqrt`` of a sum of
