@@ -50,8 +50,8 @@ def test_costly_reads_space_the_weights_reads_out_to_64_steps(monkeypatch: pytes
 
 def _cadence(step_s: float, check_s: float, n: int = 16) -> int:
     c = ReadCadence()
-    for i in range(n):
-        c.timed(i * step_s, check_s, with_weights=False)
+    for _ in range(n):
+        c.timed(check_s, False, lambda: step_s)
     return c.every
 
 
@@ -62,8 +62,8 @@ def test_the_cadence_is_what_two_reads_cost_against_a_quarter_percent_of_a_step(
     assert _cadence(0.001, 0.00006) == 64   # the small MLP: norms 6 % of a step, capped at 64
     assert _cadence(0.001, 0.00006, n=7) == WEIGHTS_EVERY  # not yet timed enough: the shortest
     c = ReadCadence()
-    for i in range(16):  # checks that read the weights too do not count as a read's cost
-        c.timed(i * 0.001, 0.0005, with_weights=True)
+    for _ in range(16):  # checks that read the weights too do not count as a read's cost
+        c.timed(0.0005, True, lambda: 0.001)
     assert c.every == WEIGHTS_EVERY
 
 

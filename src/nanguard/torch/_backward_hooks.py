@@ -127,7 +127,7 @@ class BackwardHooks(GuardBase, _autograd.BackwardListener):
         if isinstance(max_norm, (int, float)) and math.isfinite(max_norm):
             self.clip_norm = float(max_norm)
         if isinstance(total_norm, torch.Tensor) and checkable(total_norm):
-            self._clip_norms.append(total_norm.detach())
+            self._clip_norms.append(total_norm)  # made under no_grad; the check detaches it
             ref = self.recorder._made.get(total_norm)
             if ref is not None:
                 self._sinks.append((ref, "total gradient norm that clip_grad_norm_ returned"))

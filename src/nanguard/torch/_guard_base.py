@@ -236,6 +236,13 @@ class GuardBase(DataLook, HazardSampling):
         if rec.step == 0 or (opt is not None and opt is not self._dtype_of):
             self._note_dtype(opt)
 
+    def _note_weights(self, norm: float | None) -> None:
+        """The weights the last update left were read: their norm into its history record, and
+        kept as the last read (``_watched.weights_wanted``)."""
+        rec = self.history[-1]
+        rec.param_norm = norm
+        self._weights_read = (rec.step, norm) if norm is not None else None
+
     def _end_step(self) -> None:
         self.hazards_sample_end()  # a sampled step without an optimizer check (manual SGD)
         self.step += 1

@@ -134,7 +134,7 @@ class OptimizerHooks(GuardBase):
         t0 = time.perf_counter()
         chk, pchk = check([p.grad for p in params], [*self._losses, *self._clip_norms], weights)
         if primary:
-            self.cadence.timed(t0, time.perf_counter() - t0, bool(weights))
+            self.cadence.timed(time.perf_counter() - t0, bool(weights), self.update_replay.step_time)
         if pchk is None and not chk.finite and self._params_due and primary:
             # not read with the gradients this step: the failure needs to know whether the last
             # update left them non-finite (its finding then blames that update)
@@ -176,8 +176,7 @@ class OptimizerHooks(GuardBase):
         self._params_due = False
         self._weights_ok = pchk.finite
         if len(self.history) and self._updated:
-            norm = self.history[-1].param_norm = param_norm(pchk, wnames)
-            self._weights_read = (self.history[-1].step, norm) if norm is not None else None
+            self._note_weights(param_norm(pchk, wnames))
             if pchk.finite:
                 self.controller.early.observe(self.history)  # the weight rules, a step sooner
         if pchk.finite or self._deferred is not None:

@@ -137,13 +137,7 @@ def _functional(fn: Callable[..., Any]) -> Callable[..., Any]:
         rec = _sole_recorder()
         if rec is None:
             return fn(*args, **kwargs)
-        rec.tape_off()
-        if rec.tape_is_on:  # another mode above ours: the ops are recorded one by one
-            return fn(*args, **kwargs)
-        try:
-            return rec.record_call(fn, args, kwargs)
-        finally:
-            rec.tape_on()
+        return _as_one_event(rec, fn, args, kwargs)
 
     # TorchScript compiles the function itself, with its own globals (``torch.jit.script`` of a
     # module that calls it, such as ``nn.MSELoss``): the marks of ``torch.jit._script_if_tracing``
@@ -165,6 +159,20 @@ def _sole_recorder() -> StepRecorder | None:
     if rec.paused or rec.modules.depth or rec.truncated:
         return None
     return rec
+
+
+def _as_one_event(rec: StepRecorder, fn: Callable[..., Any], args: Any, kwargs: Any,
+                  run: Callable[[], Any] | None = None) -> Any:
+    """Run ``fn(*args, **kwargs)`` — or ``run()``, recorded as that call — as one event of
+    ``rec``'s tape, with the tape popped meanwhile (a mode pushed above it: its ops are taped
+    one by one instead)."""
+    rec.tape_off()
+    if rec.tape_is_on:  # another mode above ours: the ops are recorded one by one
+        return run() if run is not None else fn(*args, **kwargs)
+    try:
+        return rec.record_call(fn, args, kwargs, run)
+    finally:
+        rec.tape_on()
 
 
 def _push_again(recs: list[StepRecorder]) -> None:
@@ -301,29 +309,20 @@ def _clip(orig: Callable[..., Any]) -> Callable[..., Any]:
     @transparent
     def clip_grad_norm_(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
         rec = _sole_recorder() if total_norm_of is not None else None
-        if rec is None:
+        if rec is None or total_norm_of is None:
             out = orig(parameters, max_norm, *args, **kwargs)
-            _clip_called(out, max_norm)
-            return out
-        gen = isinstance(parameters, types.GeneratorType)
-        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-        grads = [p.grad for p in params if p.grad is not None]
-        given = params if params or not gen else iter(())  # torch warns of an empty generator
-        rec.tape_off()
-        try:
-            out = rec.record_call(total_norm_of, (grads, *args), kwargs,
-                                  run=lambda: orig(given, max_norm, *args, **kwargs))
-            _clip_called(out, max_norm)  # with the tape off: its ``detach`` is no event
-        finally:
-            rec.tape_on()
+        else:
+            gen = isinstance(parameters, types.GeneratorType)
+            params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+            grads = [p.grad for p in params if p.grad is not None]
+            given = params if params or not gen else iter(())  # torch warns of an empty generator
+            out = _as_one_event(rec, total_norm_of, (grads, *args), kwargs,
+                                run=lambda: orig(given, max_norm, *args, **kwargs))
+        for g in list(_guards):
+            g.clip_called(out, max_norm)
         return out
 
     return clip_grad_norm_
-
-
-def _clip_called(total_norm: Any, max_norm: float) -> None:
-    for g in list(_guards):
-        g.clip_called(total_norm, max_norm)
 
 
 def _count_step(opt: Any, args: Any, kwargs: Any) -> None:

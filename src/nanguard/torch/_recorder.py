@@ -269,8 +269,8 @@ class StepRecorder:
         self.on_quiet: Callable[[bool], None] | None = None
         #: ``id`` of each ``.grad`` of the watched weights (set by the guard), and its answer,
         #: kept until the next backward or step
-        self.grads_now: Callable[[], set[int]] | None = None
-        self._grad_ids: set[int] | None = None
+        self.grads_now: Callable[[], list[torch.Tensor]] | None = None
+        self._grad_ids: dict[int, weakref.ref[torch.Tensor]] | None = None
         self._pending_root: RootCall | None = None
         #: (storage, shape, dtype) of what the model calls of this step / the previous one
         #: returned: a model input that is one of them is state the script carries across steps
@@ -412,8 +412,7 @@ class StepRecorder:
             # an in-place op on a tensor from outside the step: keep what it overwrote (one walk
             # for all of them) — but not of a gradient (``clip_grad_norm_`` scales them all at
             # every step): a replay gives the op the gradient its own backward made instead
-            grads = self._gradients()
-            copies = {id(t): t.detach().clone() for t in external if id(t) not in grads}
+            copies = {id(t): t.detach().clone() for t in external if not self._is_gradient(t)}
             if copies:
                 sargs, skw = _replace(sargs, copies), _replace(skw, copies)
         ev = TapeOp(func, sargs, skw, torch.is_grad_enabled(), user_frame(3), rng)
@@ -431,12 +430,15 @@ class StepRecorder:
             self._fresh.update(k for k in (storage_key(t) for t in _flat(out)) if k not in ins)
         return out
 
-    def _gradients(self) -> set[int]:
-        """``id`` of every ``.grad`` of the watched weights now (``grads_now``), once per
-        backward: asked only by an in-place op outside modules on a tensor from outside."""
+    def _is_gradient(self, t: torch.Tensor) -> bool:
+        """Is ``t`` the ``.grad`` of a watched weight? The gradients (``grads_now``) are listed
+        once per backward, held weakly (an ``id`` freed since is no match), and only when an
+        in-place op outside modules writes a tensor from outside."""
         if self._grad_ids is None:
-            self._grad_ids = self.grads_now() if self.grads_now is not None else set()
-        return self._grad_ids
+            grads = self.grads_now() if self.grads_now is not None else []
+            self._grad_ids = {id(g): weakref.ref(g) for g in grads}
+        ref = self._grad_ids.get(id(t))
+        return ref is not None and ref() is t
 
     def record_call(self, fn: Any, args: Any, kwargs: Any, run: Callable[[], Any] | None = None) -> Any:
         """Run ``fn`` (a ``torch.nn.functional`` loss, with the tape popped) as one tape event:

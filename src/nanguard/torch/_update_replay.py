@@ -83,12 +83,16 @@ class UpdateReplay:
             # medians: one slow copy (a page fault, a busy core) must not switch copying off;
             # decided again every 8 steps, or after a new copy was timed
             if self._cheap is None or step % 8 == 0:
-                step_time = sorted(self._step_times)[len(self._step_times) // 2]
                 copy_time = sorted(self._copy_times)[len(self._copy_times) // 2]
-                self._cheap = copy_time <= self.BUDGET * step_time
+                self._cheap = copy_time <= self.BUDGET * (self.step_time() or 0.0)
             probe = step % 50 == 0  # measure again now and then, even when off
             return self._cheap or probe or self.at_risk(opt, step, history, grad_norm)
         return nbytes <= 16 << 20
+
+    def step_time(self) -> float | None:
+        """The median time between the last 20 healthy pre-step hooks (a step), when known."""
+        ts = self._step_times
+        return sorted(ts)[len(ts) // 2] if ts else None
 
     def at_risk(self, opt: torch.optim.Optimizer, step: int, history: History,
                 norm: float | None) -> bool:

@@ -8,6 +8,7 @@ models or the optimizer's parameter count changes).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -50,22 +51,18 @@ WEIGHTS_EVERY = 8
 WEIGHTS_MOVE = 0.025
 
 
-def weights_wanted(history: History, step: int, every: int = WEIGHTS_EVERY,
-                   read: tuple[int, float] | None = None) -> bool:
+def weights_wanted(history: History, step: int, every: int, read: tuple[int, float] | None) -> bool:
     """Policy ``raise``, at step ``step``'s gradient check: read the weights the last update
     left, now? On a healthy run with small updates the answer is "every ``every`` steps"
     (:class:`ReadCadence`); whenever the weights could be growing fast enough for an early
-    warning or a diagnosis to need each step, every step. ``read``: the step and the norm of the
-    last read, when the caller keeps it (else it is looked for in the history)."""
+    warning or a diagnosis to need each step, every step. ``read``: the record's step and the
+    weight norm of the last read (the guard keeps it: no walk back through the history)."""
     if step < 4 or step % every == 0 or not len(history):
         return True
     last = history[-1]
     if not last.finite or last.skipped or last.event is not None or last.update_norm is None:
         return True
-    if read is not None:
-        known = read[1] if last.step - read[0] < every else None
-    else:
-        known = next((r.param_norm for r in history.newest(every) if r.param_norm is not None), None)
+    known = read[1] if read is not None and last.step - read[0] < every else None
     if known is None or not math.isfinite(known) or known <= 0 or not math.isfinite(last.update_norm):
         return True
     return last.update_norm >= WEIGHTS_MOVE * known
@@ -89,26 +86,22 @@ class ReadCadence:
 
     def __init__(self) -> None:
         self.every = self.LEAST
-        self._last: float | None = None
-        self._steps: list[float] = []  # seconds between the starts of two checks
         self._checks: list[float] = []  # seconds of a check that read the gradients alone
         self._n = 0
 
-    def timed(self, start: float, seconds: float, with_weights: bool) -> None:
-        """A check started at ``start`` (``time.perf_counter()``) and took ``seconds``."""
-        if self._last is not None:
-            self._steps.append(start - self._last)
-            del self._steps[:-16]
-        self._last = start
+    def timed(self, seconds: float, with_weights: bool, step_time: Callable[[], float | None]) -> None:
+        """A check took ``seconds``; ``step_time``: the median step time now, when known (the
+        guard's :meth:`~._update_replay.UpdateReplay.step_time`), asked every 8 checks from the 16th."""
         if not with_weights:
             self._checks.append(seconds)
             del self._checks[:-16]
         self._n += 1
-        if self._n % 8 == 0 and len(self._steps) >= 8 and len(self._checks) >= 4:
-            self.every = self._interval()  # medians, every 8 checks: one slow step moves nothing
+        if self._n % 8 == 0 and self._n >= 16 and len(self._checks) >= 4:
+            step = step_time()  # medians, every 8 checks: one slow step moves nothing
+            if step is not None:
+                self.every = self._interval(step)
 
-    def _interval(self) -> int:
-        step = sorted(self._steps)[len(self._steps) // 2]
+    def _interval(self, step: float) -> int:
         check = sorted(self._checks)[len(self._checks) // 2]
         if step <= 0:
             return self.MOST

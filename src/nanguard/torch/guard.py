@@ -176,7 +176,7 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
             self._schedulers.update(_schedulers_made_before(self.optimizer))
         self.modules.on_root_enter = self.recorder.root_enter
         self.recorder.on_quiet = self.hazards_quiet  # a sampled look pauses during an eval loop
-        self.recorder.grads_now = lambda: {id(p.grad) for p in self.watch.params() if p.grad is not None}
+        self.recorder.grads_now = lambda: [p.grad for p in self.watch.params() if p.grad is not None]
         self.modules.on_root_exit = self.recorder.root_exit
         self.modules.install(roots_only=True)
         self._handles.append(_autograd.add_backward_listener(self))
@@ -218,7 +218,7 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
             weights, wnames = self.watch.weights(primary)
             pchk = check_params(weights)
             if len(self.history):
-                self.history[-1].param_norm = param_norm(pchk, wnames)
+                self._note_weights(param_norm(pchk, wnames))
             if not pchk.finite:
                 f = optimizer_finding(self, primary, pchk, self._last_update_step, wnames)
                 self.findings.append((f, diagnose(f, self.history, self.context())))
