@@ -12,7 +12,7 @@ from nanguard.core.diagnosis import Diagnosis
 from nanguard.core.errors import GiveUpError, NonFiniteError
 from nanguard.core.finding import Finding
 from nanguard.core.history import History, StepRecord
-from nanguard.core.policy import ROLLBACK, UNFIXABLE, Recovery
+from nanguard.core.policy import ROLLBACK, UNFIXABLE, RecoveryConfig
 from nanguard.core.taxonomy import Cause
 from nanguard.core.trials import Fix, Trial
 
@@ -58,7 +58,7 @@ def _controller(policy: str = "recover", **kw: Any) -> StepController:
     h = History()
     for i in range(10):  # a calm history: loss 1, grad norm 1, weights 10, lr 1e-3
         h.append(StepRecord(step=i, loss=1.0, grad_norm=1.0, param_norm=10.0, lr=1e-3))
-    return StepController(Recovery(policy=policy, **kw), h)
+    return StepController(RecoveryConfig(policy=policy, **kw), h)
 
 
 def _event(cause: Cause, step: int = 10, **details: Any) -> tuple[Finding, Diagnosis]:
@@ -98,14 +98,14 @@ def test_skip_hides_the_update_and_counts() -> None:
     b = FakeBackend()
     a = c.act(*_event(Cause.UNSAFE_OP), b, step=10)
     assert a.kind == "skip" and b.calls == ["restore_state", "skip_update"]
-    assert c.recovery.notfinite_count == 1 and c.recovery.recoveries[0]["action"] == "skip"
+    assert c.state.notfinite_count == 1 and c.state.recoveries[0]["action"] == "skip"
     c.act(*_event(Cause.UNSAFE_OP), b, step=11)
     with pytest.raises(GiveUpError):
         c.act(*_event(Cause.UNSAFE_OP), b, step=12)
     c2 = _controller("skip", max_consecutive_skips=3)
     c2.act(*_event(Cause.UNSAFE_OP), b, step=10)
     c2.healthy()  # a healthy step in between: the consecutive count starts over
-    assert c2.recovery.notfinite_count == 0
+    assert c2.state.notfinite_count == 0
 
 
 def test_drop_batch_logs_the_samples() -> None:
@@ -113,7 +113,7 @@ def test_drop_batch_logs_the_samples() -> None:
     f, d = _event(Cause.NONFINITE_INPUT, samples=[{"index": 5}, {"index": 9}], input_name="x")
     a = c.act(f, d, FakeBackend(), step=10)
     assert a.kind == "drop_batch"
-    assert c.recovery.recoveries[-1]["samples"] == [5, 9] and c.recovery.recoveries[-1]["input"] == "x"
+    assert c.state.recoveries[-1]["samples"] == [5, 9] and c.state.recoveries[-1]["input"] == "x"
 
 
 def test_rollback_restores_the_snapshot_and_backs_off() -> None:
@@ -122,9 +122,9 @@ def test_rollback_restores_the_snapshot_and_backs_off() -> None:
     a = c.act(*_event(Cause.LEARNING_RATE_TOO_HIGH), b, step=10)
     assert a.kind == "rollback" and a.lr_factor is not None and a.lr_factor <= 0.5
     assert b.calls == ["rollback", "restore_state", "skip_update"]
-    rec = c.recovery.recoveries[-1]
+    rec = c.state.recoveries[-1]
     assert rec["restored_step"] == 4 and rec["steps_lost"] == 6
-    assert c.recovery.lr_scale == a.lr_factor
+    assert c.state.lr_scale == a.lr_factor
 
 
 def test_optimizer_state_with_eps_zero_raises_eps() -> None:
@@ -146,7 +146,7 @@ def test_a_rollback_before_the_first_snapshot_skips_the_update() -> None:
     c = _controller()
     b = FakeBackend(snapshot_step=None)
     c.act(*_event(Cause.EXPLODING_GRADIENTS), b, step=10)
-    assert b.calls[-1] == "skip_update" and c.recovery.recoveries[-1]["restored_step"] is None
+    assert b.calls[-1] == "skip_update" and c.state.recoveries[-1]["restored_step"] is None
 
 
 def test_unfixable_cause_under_recover_raises() -> None:
@@ -173,8 +173,8 @@ def test_state_dict_round_trip_keeps_the_back_off() -> None:
     state = c.state_dict()
     fresh = _controller()
     fresh.load_state_dict(state)
-    assert fresh.recovery.lr_scale == c.recovery.lr_scale < 1.0
-    assert fresh.recovery.recoveries == c.recovery.recoveries
+    assert fresh.state.lr_scale == c.state.lr_scale < 1.0
+    assert fresh.state.recoveries == c.state.recoveries
     with pytest.raises(ValueError, match="state_dict"):
         fresh.load_state_dict({"lr_scale": 0.1})
 

@@ -13,7 +13,7 @@ from nanguard.core.errors import GiveUpError
 from nanguard.core.finding import Finding
 from nanguard.core.history import History, StepRecord
 from nanguard.core.outcome import Level, OutcomeJudge, healthy_now
-from nanguard.core.policy import Recovery
+from nanguard.core.policy import RecoveryConfig
 from nanguard.core.taxonomy import Cause
 from nanguard.core.trials import Fix, Trial, lr_candidates
 from test_controller import FakeBackend
@@ -27,7 +27,7 @@ def _history(n: int = 20, loss: float = 1.0) -> History:
 
 
 def _ctl(policy: str = "recover") -> StepController:
-    return StepController(Recovery(policy=policy), _history())
+    return StepController(RecoveryConfig(policy=policy), _history())
 
 
 def _diag(cause: Cause) -> Diagnosis:
@@ -69,7 +69,7 @@ def test_recovered_when_the_loss_is_back_at_the_end_of_the_window() -> None:
 
 
 def test_a_run_that_diverged_from_its_start_must_get_below_where_it_started() -> None:
-    c = StepController(Recovery(policy="skip"), _history(n=3, loss=1.386))  # 3 healthy steps only
+    c = StepController(RecoveryConfig(policy="skip"), _history(n=3, loss=1.386))  # 3 healthy steps only
     c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=3)
     for s in range(4, 4 + c.judge.window):
         _step(c, s, 1.37)  # at chance level, a little under where it started: learned nothing
@@ -84,7 +84,7 @@ def test_not_recovered_after_the_window_says_by_how_much_and_escalates() -> None
     c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), b, step=20)
     for s in range(21, 21 + c.judge.window):
         _step(c, s, 300.0, ratio=5.0)  # finite, but 300× the healthy loss, updates 5× the weights
-    esc = c.recovery.recoveries[-1]
+    esc = c.state.recoveries[-1]
     assert esc["escalation"] == 1 and esc["lr_factor"] == lr_candidates(5.0, 0.1)[0] == 0.002
     assert esc["outcome"]["status"] == "not-recovered" and esc["outcome"]["loss_now"] == 300.0
     assert esc["restored_step"] == 0 and b.calls[-2:] == ["rollback_older", "settings_changed"]
@@ -115,7 +115,7 @@ def test_a_run_that_ends_inside_the_window_is_judged_on_what_was_seen() -> None:
 
 
 def test_no_loss_before_the_event_is_unjudged_not_recovered() -> None:
-    c = StepController(Recovery(policy="recover"), History())
+    c = StepController(RecoveryConfig(policy="recover"), History())
     c.act(_finding(), _diag(Cause.NONFINITE_INPUT), FakeBackend(), step=0)
     c.history.append(StepRecord(step=1, loss=None, grad_norm=1.0))
     c.step_ended()
@@ -140,11 +140,11 @@ def test_recovery_applies_the_first_verified_fix_with_its_numbers() -> None:
     b = FakeBackend(snapshot_step=12, trials=_down_when_small(0.05))
     a = c.act(_finding(), diag, b, step=20)
     assert a.kind == "rollback" and a.lr_factor == 0.05  # ×0.5 failed, ×0.05 verified
-    rec = c.recovery.recoveries[-1]
+    rec = c.state.recoveries[-1]
     assert rec["verified"] is True and [t["verified"] for t in rec["trials"]] == [False, True]
     assert rec["trials"][1]["losses"] == [4.0, 3.5, 3.0, 2.5] and rec["trials"][1]["from_step"] == 12
     assert rec["trials"][0]["losses"][-1] == "nan" and rec["trials"][0]["finite"] is False
-    assert c.recovery.lr_scale == pytest.approx(0.05) and diag.trials == rec["trials"]
+    assert c.state.lr_scale == pytest.approx(0.05) and diag.trials == rec["trials"]
     assert b.calls[0] == ("trial", ["learning rate ×0.5", "learning rate ×0.05", "learning rate ×0.005",
                                   "learning rate ×5e-05", "learning rate ×5e-07", "learning rate ×5e-09"])
 
@@ -154,13 +154,13 @@ def test_no_verified_fix_stops_with_what_was_tried() -> None:
     b = FakeBackend(trials=_down_when_small(1e-9))
     with pytest.raises(GiveUpError, match=r"no fix tried on the failing step.*learning rate ×0\.5: loss 4 → 40"):
         c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), b, step=20)
-    assert c.recovery.lr_scale == 1.0  # nothing was applied
+    assert c.state.lr_scale == 1.0  # nothing was applied
 
 
 def test_a_backend_that_cannot_retry_applies_the_fix_unverified() -> None:
     c = _ctl()
     a = c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
-    rec = c.recovery.recoveries[-1]
+    rec = c.state.recoveries[-1]
     assert a.lr_factor == 0.5 and rec["verified"] is None and "trials" not in rec
 
 

@@ -16,7 +16,7 @@ from torch.optim.optimizer import (
 import nanguard
 from nanguard import Cause
 from nanguard.core.diagnosis import Diagnosis
-from nanguard.core.policy import Recovery
+from nanguard.core.policy import RecoveryConfig, RecoveryState, backoff, decide
 from nanguard.demos import seed_torch
 
 
@@ -35,40 +35,51 @@ def _diag(cause: Cause) -> Diagnosis:
 
 
 def test_policy_decisions_by_cause() -> None:
-    r = Recovery(policy="recover")
-    assert r.decide(_diag(Cause.NONFINITE_INPUT), 3).kind == "drop_batch"
-    assert r.decide(_diag(Cause.UNSAFE_OP), 3).kind == "raise"
-    assert r.decide(_diag(Cause.BAD_INITIALIZATION), 3).kind == "raise"
-    a = r.decide(_diag(Cause.LEARNING_RATE_TOO_HIGH), 5)
+    cfg, st = RecoveryConfig(policy="recover"), RecoveryState()
+    assert decide(cfg, st, _diag(Cause.NONFINITE_INPUT), 3)[0].kind == "drop_batch"
+    assert decide(cfg, st, _diag(Cause.UNSAFE_OP), 3)[0].kind == "raise"
+    assert decide(cfg, st, _diag(Cause.BAD_INITIALIZATION), 3)[0].kind == "raise"
+    a, st2 = decide(cfg, st, _diag(Cause.LEARNING_RATE_TOO_HIGH), 5)
     assert (a.kind, a.lr_factor, a.clip_norm) == ("rollback", 0.5, None)
-    a = r.decide(_diag(Cause.EXPLODING_GRADIENTS), 6, clip_suggestion=2.0)
+    a, _ = decide(cfg, st2, _diag(Cause.EXPLODING_GRADIENTS), 6, clip_suggestion=2.0)
     assert (a.kind, a.clip_norm) == ("rollback", 2.0)
-    assert r.lr_scale == 0.5 and r.clip_norm == 2.0
-    assert Recovery(policy="recover", on_unfixable="skip").decide(_diag(Cause.UNSAFE_OP), 1).kind == "skip"
-    assert Recovery(policy="skip").decide(_diag(Cause.LEARNING_RATE_TOO_HIGH), 1).kind == "skip"
+    assert decide(RecoveryConfig(policy="recover", on_unfixable="skip"), st,
+                  _diag(Cause.UNSAFE_OP), 1)[0].kind == "skip"
+    assert decide(RecoveryConfig(policy="skip"), st, _diag(Cause.LEARNING_RATE_TOO_HIGH), 1)[0].kind == "skip"
+
+
+def test_decide_is_pure_counts_in_the_new_state_and_applies_nothing() -> None:
+    cfg, st = RecoveryConfig(policy="recover"), RecoveryState()
+    a, st2 = decide(cfg, st, _diag(Cause.LEARNING_RATE_TOO_HIGH), 5)
+    assert st == RecoveryState()  # the state given is never changed
+    assert (st2.notfinite_count, st2.total_notfinite) == (1, 1)
+    assert st2.lr_scale == 1.0 and st2.clip_norm is None  # the back-off joins when carried out
+    applied = st2.applied(a.lr_factor, a.clip_norm)
+    assert applied.lr_scale == 0.5 and applied.healthy().notfinite_count == 0
+    assert applied.healthy().total_notfinite == 1
 
 
 def test_backoff_is_sized_by_the_update_ratio() -> None:
-    r = Recovery(policy="recover")
-    assert r.backoff(None) == 0.5 and r.backoff(1e-3) == 0.5
-    assert r.backoff(1.0) == 0.01  # updates as large as the weights: ×0.01
-    assert r.backoff(0.1) == pytest.approx(0.1)
+    cfg = RecoveryConfig(policy="recover")
+    assert backoff(cfg, None) == 0.5 and backoff(cfg, 1e-3) == 0.5
+    assert backoff(cfg, 1.0) == 0.01  # updates as large as the weights: ×0.01
+    assert backoff(cfg, 0.1) == pytest.approx(0.1)
 
 
 def test_recoveries_are_bounded_per_window() -> None:
-    r = Recovery(policy="recover", max_recoveries=2, window=100)
+    cfg, st = RecoveryConfig(policy="recover", max_recoveries=2, window=100), RecoveryState()
     for step in (1, 2):
-        act = r.decide(_diag(Cause.LEARNING_RATE_TOO_HIGH), step)
-        r.record(step, act)
-    assert r.decide(_diag(Cause.LEARNING_RATE_TOO_HIGH), 3).kind == "give_up"
-    assert r.decide(_diag(Cause.LEARNING_RATE_TOO_HIGH), 500).kind == "rollback"  # window passed
+        act, st = decide(cfg, st, _diag(Cause.LEARNING_RATE_TOO_HIGH), step)
+        st = st.recorded(step, act)
+    assert decide(cfg, st, _diag(Cause.LEARNING_RATE_TOO_HIGH), 3)[0].kind == "give_up"
+    assert decide(cfg, st, _diag(Cause.LEARNING_RATE_TOO_HIGH), 500)[0].kind == "rollback"  # window passed
 
 
 def test_invalid_policy_arguments() -> None:
     with pytest.raises(ValueError, match="valid policies"):
-        Recovery(policy="retry")
+        RecoveryConfig(policy="retry")
     with pytest.raises(ValueError, match="lr_factor"):
-        Recovery(policy="recover", lr_factor=2.0)
+        RecoveryConfig(policy="recover", lr_factor=2.0)
 
 
 # --- torch ---------------------------------------------------------------------------------------
@@ -126,7 +137,7 @@ def test_rollback_restores_the_snapshot_bit_for_bit_and_then_uses_the_new_lr() -
     # run already off the rails, so none of them was kept as "last known good"
     assert rec["cause"] == "learning-rate-too-high" and rec["restored_step"] == 0
     assert rec["steps_lost"] == rec["step"] - rec["restored_step"]
-    scale = guard.recovery.lr_scale
+    scale = guard.recovery_state.lr_scale
     assert scale <= 0.5
     # the user's lr is untouched; the guard applies its factor inside each step
     assert opt.param_groups[0]["lr"] == 0.1
@@ -144,7 +155,7 @@ def test_hand_written_lr_schedule_keeps_the_backoff() -> None:
     )
     x, y = torch.randn(16, 8), torch.randn(16, 1)
     with nanguard.attach(model, opt, policy="recover") as guard:
-        guard.recovery.lr_scale = 0.25  # as after two halvings
+        guard.controller.state = RecoveryState(lr_scale=0.25)  # as after two halvings
         for step in range(3):
             for g in opt.param_groups:
                 g["lr"] = 0.1 * (step + 1)  # warmup written by hand
@@ -248,7 +259,7 @@ def test_grad_scaler_may_halve_its_scale_many_times_before_it_is_a_failure() -> 
             scaler.step(opt)
             scaler.update()
     skips = sum(1 for r in guard.history if r.event == "scaler-skip")
-    assert guard.findings == [] and skips > guard.recovery.max_consecutive_skips
+    assert guard.findings == [] and skips > guard.controller.config.max_consecutive_skips
     assert 1.0 < scaler.get_scale() < 2.0**100
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -150,14 +151,14 @@ def test_state_dict_keeps_a_back_off_across_a_resume(tmp_path: Path) -> None:
             opt.step()
     finally:
         guard.detach()
-    assert guard.recoveries and (guard.recovery.lr_scale < 1.0 or guard.recovery.clip_norm is not None)
+    assert guard.recoveries and (guard.recovery_state.lr_scale < 1.0 or guard.recovery_state.clip_norm is not None)
     torch.save({"nanguard": guard.state_dict()}, tmp_path / "ckpt.pt")
     state = torch.load(tmp_path / "ckpt.pt", weights_only=True)["nanguard"]  # plain values only
     resumed = nanguard.attach(model, opt, policy="recover")
     try:
         resumed.load_state_dict(state)
-        assert resumed.recovery.lr_scale == guard.recovery.lr_scale
-        assert resumed.recovery.clip_norm == guard.recovery.clip_norm
+        assert resumed.recovery_state.lr_scale == guard.recovery_state.lr_scale
+        assert resumed.recovery_state.clip_norm == guard.recovery_state.clip_norm
         assert resumed.recoveries == guard.recoveries and resumed.step == guard.step
     finally:
         resumed.detach()
@@ -176,7 +177,7 @@ for _ in range(40):
     loss = F.mse_loss(model(x), y)
     loss.backward()
     opt.step()
-print(json.dumps({"lr_scale": g.recovery.lr_scale, "loss": loss.item(),
+print(json.dumps({"lr_scale": g.recovery_state.lr_scale, "loss": loss.item(),
                   "recoveries": [r["action"] for r in g.recoveries]}))
 """
 
@@ -217,6 +218,43 @@ for step in range(12):
         continue
 print("applied", ok)
 """
+
+
+def test_adopting_the_run_guard_keeps_its_counters_and_back_off() -> None:
+    """A script's own ``attach()`` under ``nanguard run`` replaces the configuration only: what
+    the run went through before (counters, recoveries, a back-off) stays the run's."""
+    from nanguard.torch.session import TorchSession
+
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 16), torch.randn(32, 1)
+    session = TorchSession(policy="skip")
+    session.install()
+    try:
+        guard = session.guard
+        for step in range(3):
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            if step == 1:
+                model[0].weight.grad[0, 0] = float("nan")  # one bad step: skipped
+            opt.step()
+        assert guard.total_notfinite == 1 and len(guard.recoveries) == 1
+        guard.controller.state = guard.recovery_state.applied(0.25, None)  # a back-off in force
+        with _quiet():
+            adopted = nanguard.attach(model, opt, policy="recover", max_recoveries=3)
+        assert adopted is guard and guard.policy == "recover"
+        assert guard.controller.config.max_recoveries == 3
+        assert guard.total_notfinite == 1 and len(guard.recoveries) == 1
+        assert guard.recovery_state.lr_scale == 0.25
+    finally:
+        session.uninstall()
+
+
+def _quiet() -> Any:
+    import contextlib
+    import io
+
+    return contextlib.redirect_stderr(io.StringIO())
 
 
 @pytest.mark.slow

@@ -52,7 +52,7 @@ def test_lr_far_too_high_is_backed_off_by_a_verified_measured_factor() -> None:
     # the update/weight ratio was ~1 (updates as large as the weights): ×0.01 brings it to 1e-2
     assert t["lr_factor"] == 0.01 and t["verified"] and t["lr"] == 0.1 and t["from_step"] == 0
     assert len(t["losses"]) == 4 and t["losses"][-1] < t["losses"][0]
-    assert rec["lr_factor"] == 0.01 and guard.recovery.lr_scale == 0.01
+    assert rec["lr_factor"] == 0.01 and guard.recovery_state.lr_scale == 0.01
     assert len(steps) == 120  # the trial's updates fired no optimizer hook of the script's
     _, diag = guard.findings[0]
     assert diag.fixes[0].startswith("lr = 0.1  # verified on the failing step's batch")

@@ -35,7 +35,7 @@ from .errors import GiveUpError, NonFiniteError
 from .finding import Finding
 from .history import History
 from .outcome import Level, OutcomeJudge, healthy_now
-from .policy import ROLLBACK, Action, Recovery, loss_scale_gave_up
+from .policy import ROLLBACK, Action, RecoveryConfig, RecoveryState, decide, loss_scale_gave_up
 from .taxonomy import Cause
 from .trials import Fix, Trial, lr_candidates
 
@@ -97,15 +97,17 @@ class StepController:
     """The state machine of a guarded run's steps, shared by every framework.
 
     Attributes:
-        recovery: the policy and its counters (optax/accelerate names via ``RecoveryCounters``).
+        config: the policy and its limits, as asked for (frozen).
+        state: the counters, the back-off in force and what was done (``state_dict`` saves it).
         history: per-step scalars (the evidence the diagnosis reads).
         findings: every non-finite event, ``(Finding, Diagnosis)``, in order.
         raised: findings this guard raised as errors — one the script caught and went on from
             is reported at the end all the same (:meth:`swallowed`).
     """
 
-    recovery: Recovery
+    config: RecoveryConfig
     history: History
+    state: RecoveryState = field(default_factory=RecoveryState)
     findings: list[tuple[Finding, Diagnosis]] = field(default_factory=list)
     raised: list[tuple[Finding, Diagnosis | None, int]] = field(default_factory=list)
     scaler_skips: int = 0
@@ -115,13 +117,12 @@ class StepController:
     max_escalations: int = 2
     escalations: int = 0
     _backend: Backend | None = field(default=None, repr=False)
-    _clip_before: float | None = field(default=None, repr=False)
     _drops: list[tuple[int, str]] = field(default_factory=list, repr=False)
 
     # --- events ------------------------------------------------------------------------------------
     def healthy(self) -> None:
         """The step's check passed (called once per healthy step, before its update)."""
-        self.recovery.healthy_step()
+        self.state = self.state.healthy()
 
     def step_ended(self) -> None:
         """Any step ended (healthy or not), after its history record: a step that follows a
@@ -155,7 +156,7 @@ class StepController:
         back-off can fix, roll back further with a back-off measured on the run as it is now."""
         cur = self.judge.current
         backend = self._backend
-        if (cur is None or backend is None or self.recovery.policy != "recover"
+        if (cur is None or backend is None or self.config.policy != "recover"
                 or self.escalations >= self.max_escalations or not self.findings
                 or self.findings[-1][1].cause not in ROLLBACK):
             return
@@ -163,14 +164,14 @@ class StepController:
         factor = lr_candidates(cur.ratio_now, cap=0.1)[0]
         restored = backend.rollback(older=True)
         step = self.history[-1].step
-        self.recovery.lr_scale *= factor
+        self.state = self.state.applied(factor, None)
         backend.settings_changed()
         action = Action("rollback", "escalated: the last recovery did not bring the run back", lr_factor=factor)
         details: dict[str, Any] = {"cause": self.findings[-1][1].cause.value, "escalation": self.escalations,
                                    "outcome": cur.to_dict(), "verified": None}
         if restored is not None:
             details.update(restored_step=restored, steps_lost=step + 1 - restored)
-        self.recovery.record(step, action, **details)
+        self.state = self.state.recorded(step, action, **details)
         self.judge.acted(step, self.history)
 
     def scaler_stepped(self) -> None:
@@ -187,7 +188,7 @@ class StepController:
             self.scaler_skips = 0
             return "the loss itself is not finite: no loss scale can fix it"
         known = scale if scale is not None and math.isfinite(scale) else None
-        if not loss_scale_gave_up(known, self.scaler_skips, self.recovery.max_consecutive_skips):
+        if not loss_scale_gave_up(known, self.scaler_skips, self.config.max_consecutive_skips):
             return None
         n, self.scaler_skips = self.scaler_skips, 0
         where = f" (scale {scale:.3g})" if scale is not None and math.isfinite(scale) else ""
@@ -214,7 +215,7 @@ class StepController:
         Raises :class:`NonFiniteError` (policy ``raise``, or a cause with no blind fix) or
         :class:`GiveUpError` (limits reached; an applied bad update with no snapshot)."""
         self.findings.append((finding, diag))
-        if finding.details.get("origin") == "carried" and self.recovery.policy != "raise":
+        if finding.details.get("origin") == "carried" and self.config.policy != "raise":
             # no batch to drop and no snapshot holds it: stop with the run's first event
             self._give_up(finding, diag, step, after_update, backend,
                           "the non-finite value is in state the script carries across steps (the "
@@ -227,8 +228,8 @@ class StepController:
             # clipping cannot shrink an adaptive optimizer's step, and a clip no tighter than
             # the script's own repeats what it already does
             clip = None
-        self._clip_before = self.recovery.clip_norm
-        action = self.recovery.decide(diag, step, clip, eps, self.history.median_update_ratio())
+        action, self.state = decide(self.config, self.state, diag, step, clip, eps,
+                                    self.history.median_update_ratio())
         if action.kind == "raise":
             self._raise(NonFiniteError(finding, diag), step)
         if action.kind == "give_up":
@@ -250,7 +251,7 @@ class StepController:
         if action.set_eps is not None:
             backend.set_eps(action.set_eps)
         details.update(backend.restore_state())
-        self.recovery.record(step, action, **details)
+        self.state = self.state.recorded(step, action, **details)
         self.judge.acted(step, self.history)
         if not after_update:
             backend.skip_update()
@@ -262,7 +263,7 @@ class StepController:
         after :data:`MAX_REPEATED_DROPS` from the same line, half or more of the steps since the
         first of them, it stops with the diagnosis (dropping cannot fix a value the script
         computes, nor a data file that is mostly bad)."""
-        if (diag.cause is not Cause.NONFINITE_INPUT and not force) or self.recovery.policy != "recover":
+        if (diag.cause is not Cause.NONFINITE_INPUT and not force) or self.config.policy != "recover":
             return
         src = str(finding.source or finding.details.get("input_name") or "?")
         self._drops = [(s, x) for s, x in self._drops if step - s < DROP_WINDOW]
@@ -284,11 +285,10 @@ class StepController:
                   step: int, after_update: bool) -> tuple[Action, list[Trial] | None]:
         """Try the action's fix and smaller learning rates (see :mod:`nanguard.core.trials`);
         the first verified one is applied. No verified fix: stop with what was tried."""
-        fixes = _candidates(action, self.history.median_update_ratio(), self.recovery.lr_factor)
-        self._undo(action)  # each trial applies its own fix on top of the earlier back-off
-        trials = backend.trial(fixes)
+        fixes = _candidates(action, self.history.median_update_ratio(), self.config.lr_factor)
+        trials = backend.trial(fixes)  # each applies its own fix on top of the back-off in force
         if trials is None:
-            self._apply(action.lr_factor, action.clip_norm)
+            self.state = self.state.applied(action.lr_factor, action.clip_norm)
             return action, None
         diag.trials = [t.to_dict() for t in trials]
         if any(t.fix.lr_factor is not None for t in trials):
@@ -318,21 +318,8 @@ class StepController:
         fix = good.fix
         chosen = Action("rollback", action.reason, lr_factor=fix.lr_factor, clip_norm=fix.clip_norm,
                         set_eps=fix.eps)
-        self._apply(fix.lr_factor, fix.clip_norm)
+        self.state = self.state.applied(fix.lr_factor, fix.clip_norm)
         return chosen, trials
-
-    def _apply(self, lr_factor: float | None, clip_norm: float | None) -> None:
-        if lr_factor is not None:
-            self.recovery.lr_scale *= lr_factor
-        if clip_norm is not None:
-            self.recovery.clip_norm = clip_norm
-
-    def _undo(self, action: Action) -> None:
-        """Take back what :meth:`Recovery.decide` switched on for ``action``."""
-        if action.lr_factor:
-            self.recovery.lr_scale /= action.lr_factor
-        if action.clip_norm is not None:
-            self.recovery.clip_norm = self._clip_before
 
     def _give_up(self, finding: Finding, diag: Diagnosis, step: int, after_update: bool,
                  backend: Backend, reason: str) -> None:
@@ -340,9 +327,9 @@ class StepController:
         attempts list every event and what was done about it."""
         if after_update:  # stop with the weights as they were before the bad update
             backend.rollback()
-        self.recovery.record(step, Action("give_up", reason), cause=diag.cause.value)
+        self.state = self.state.recorded(step, Action("give_up", reason), cause=diag.cause.value)
         first_f, first_d = self.findings[0]
-        err = GiveUpError(first_f, first_d, reason=reason, attempts=self.recovery.attempts())
+        err = GiveUpError(first_f, first_d, reason=reason, attempts=self.state.attempts())
         err.last = (finding, diag)
         self._raise(err, step)
 
@@ -375,15 +362,10 @@ class StepController:
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to keep what the guard learned (plain Python values, safe to
         ``torch.save`` with ``weights_only=True`` or to write as JSON)."""
-        r = self.recovery
         return {
             "version": 1,
-            "policy": r.policy,
-            "lr_scale": r.lr_scale,
-            "clip_norm": r.clip_norm,
-            "notfinite_count": r.notfinite_count,
-            "total_notfinite": r.total_notfinite,
-            "recoveries": [dict(x) for x in r.recoveries],
+            "policy": self.config.policy,
+            **self.state.to_dict(),
             "scaler_skips": self.scaler_skips,
             "history": self.history.summary(),
         }
@@ -395,16 +377,11 @@ class StepController:
                 "load_state_dict: not a nanguard guard state (expected the dict that "
                 "guard.state_dict() returned, version 1)"
             )
-        r = self.recovery
-        r.lr_scale = float(state.get("lr_scale", 1.0))
-        clip = state.get("clip_norm")
-        r.clip_norm = float(clip) if clip is not None else None
-        r.notfinite_count = int(state.get("notfinite_count", 0))
-        r.total_notfinite = int(state.get("total_notfinite", 0))
-        r.recoveries[:] = [dict(x) for x in state.get("recoveries", [])]
+        self.state = RecoveryState.from_dict(state)
         self.scaler_skips = int(state.get("scaler_skips", 0))
-        if state.get("policy") not in (None, r.policy):
-            log.info("nanguard: resumed a %s guard's state under policy %r", state.get("policy"), r.policy)
+        if state.get("policy") not in (None, self.config.policy):
+            log.info("nanguard: resumed a %s guard's state under policy %r", state.get("policy"),
+                     self.config.policy)
 
 
 def _candidates(action: Action, ratio: float | None, cap: float) -> list[Fix]:

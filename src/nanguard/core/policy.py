@@ -1,10 +1,15 @@
-"""Recovery policies as an observable state machine (framework-free).
+"""Recovery policies: a configuration, a small state, and a pure decision (framework-free).
 
-The adapter calls :meth:`Recovery.decide` once per non-finite step, after the diagnosis; the
-returned :class:`Action` says what to do, and the counters on the object say what was done so far
-(``notfinite_count``, ``total_notfinite``, ``recoveries`` — as optax's ``apply_if_finite``
-exposes them). The adapter carries the action out with its framework's machinery and calls
-:meth:`Recovery.healthy_step` for every good step.
+As optax's ``apply_if_finite``: what the user asked for (:class:`RecoveryConfig`, frozen,
+validated once) is kept apart from what the run has been through (:class:`RecoveryState`, frozen:
+the counters ``notfinite_count`` / ``total_notfinite``, the learning-rate factor and clipping
+threshold in force, the log of ``recoveries``). :func:`decide` is pure::
+
+    action, state = decide(config, state, diagnosis, step, ...)
+
+The step controller (:mod:`nanguard.core.controller`) calls it once per non-finite step, after
+the diagnosis, keeps the new state, and applies the action's back-off to it only once the action
+is carried out (:meth:`RecoveryState.applied`: a fix that trials rejected is never applied).
 
 Policies:
 
@@ -20,7 +25,7 @@ Policies:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .config import POLICIES
@@ -28,15 +33,28 @@ from .diagnosis import Diagnosis
 from .taxonomy import Cause
 from .trials import changes, lr_candidates
 
-__all__ = ["ROLLBACK", "UNFIXABLE", "Action", "Recovery", "RecoveryCounters", "loss_scale_gave_up"]
+__all__ = [
+    "ROLLBACK", "UNFIXABLE", "Action", "RecoveryConfig", "RecoveryState", "backoff", "check_policy",
+    "decide", "loss_scale_gave_up",
+]
 
-ROLLBACK = _ROLLBACK = {Cause.LEARNING_RATE_TOO_HIGH, Cause.EXPLODING_GRADIENTS, Cause.OPTIMIZER_STATE}
-UNFIXABLE = _UNFIXABLE = {
+ROLLBACK = {Cause.LEARNING_RATE_TOO_HIGH, Cause.EXPLODING_GRADIENTS, Cause.OPTIMIZER_STATE}
+UNFIXABLE = {
     Cause.UNSAFE_OP,
     Cause.BAD_INITIALIZATION,
     Cause.NONFINITE_PARAMETERS,
     Cause.LOW_PRECISION_OVERFLOW,
 }
+
+
+def check_policy(policy: str, where: str = "policy", extra: tuple[str, ...] = ()) -> str:
+    """``policy`` if it is one of :data:`~nanguard.core.config.POLICIES` (or of ``extra``, a
+    trainer callback's own modes); else a ``ValueError`` that names the call (``where``, e.g.
+    ``nanguard.attach(policy=...)``) and the valid values. Every guard validates here."""
+    valid = (*POLICIES, *extra)
+    if policy not in valid:
+        raise ValueError(f"{where}: policy={policy!r} is not a policy; valid policies are {', '.join(valid)}.")
+    return policy
 
 
 @dataclass(frozen=True)
@@ -60,9 +78,10 @@ class Action:
         return " + ".join([self.kind.replace("_", " "), *changes(self.lr_factor, self.clip_norm, self.set_eps)])
 
 
-@dataclass
-class Recovery:
-    """The policy and its counters. One per guarded run."""
+@dataclass(frozen=True)
+class RecoveryConfig:
+    """What the user asked for: the policy and its limits. Validated once, never changed by a
+    run (a script's own ``attach()`` under ``nanguard run`` replaces it, keeping the state)."""
 
     policy: str = "raise"
     max_consecutive_skips: int = 10
@@ -70,15 +89,9 @@ class Recovery:
     max_recoveries: int = 5
     window: int = 1000
     on_unfixable: str = "raise"
-    notfinite_count: int = 0
-    total_notfinite: int = 0
-    recoveries: list[dict[str, Any]] = field(default_factory=list)
-    lr_scale: float = 1.0
-    clip_norm: float | None = None
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy={self.policy!r}: valid policies are {', '.join(POLICIES)}.")
+        check_policy(self.policy)
         if self.max_consecutive_skips < 1:
             raise ValueError("max_consecutive_skips must be >= 1")
         if not 0.0 < self.lr_factor < 1.0:
@@ -88,86 +101,37 @@ class Recovery:
         if self.on_unfixable not in ("raise", "skip"):
             raise ValueError("on_unfixable must be 'raise' or 'skip'")
 
-    # --- the decision ----------------------------------------------------------------------------
-    def decide(
-        self,
-        diagnosis: Diagnosis,
-        step: int,
-        clip_suggestion: float | None = None,
-        eps: float | None = None,
-        update_ratio: float | None = None,
-    ) -> Action:
-        """What to do about a non-finite step whose cause is ``diagnosis.cause``.
 
-        ``update_ratio`` (median ``|Δw|/|w|`` of the healthy steps) sizes the learning-rate
-        back-off: ×``lr_factor`` normally, more when the updates were far larger than the ≈1e-3
-        of healthy training — halving a learning rate 10⁵× too high five times over would
-        exhaust the recoveries before it helped (:meth:`backoff`).
-        """
-        if self.policy == "raise":
-            return Action("raise", "policy 'raise'")
-        cause = diagnosis.cause
-        if self.policy == "skip" or (cause in _UNFIXABLE and self.on_unfixable == "skip"):
-            return self._skip(step, "policy 'skip'" if self.policy == "skip" else
-                              f"{cause.value}: no blind fix; skipping as asked")
-        if cause is Cause.NONFINITE_INPUT:
-            return self._skip(step, "the batch holds NaN/Inf: dropped it", kind="drop_batch")
-        if cause in _UNFIXABLE:
-            return Action("raise", f"{cause.value} cannot be fixed blindly")
-        if cause not in _ROLLBACK:  # a cause with no rule of its own is never rolled back blindly
-            return Action("raise", f"{cause.value}: no recovery rule")
-        # roll back: learning rate, exploding gradients, optimizer state
-        recent = [r for r in self.recoveries if r.get("action") == "rollback" and step - r["step"] < self.window]
-        if len(recent) >= self.max_recoveries:
-            return Action(
-                "give_up",
-                f"{len(recent)} rollbacks within {self.window} steps did not stop the non-finite values",
-            )
-        lr = None
-        clip = None
-        set_eps = None
-        if cause is Cause.OPTIMIZER_STATE and eps is not None and eps < 1e-12:
-            set_eps = 1e-8
-        elif cause is Cause.EXPLODING_GRADIENTS:
-            clip = clip_suggestion if self.clip_norm is None else self.clip_norm * 0.5
-            if recent or clip is None:
-                # no clip to switch on (an adaptive optimizer, or the script clips tighter
-                # already): the learning rate is what can shrink the step
-                lr = self.lr_factor if clip is not None else self.backoff(update_ratio)
-        else:
-            lr = self.backoff(update_ratio)
-            if recent and clip_suggestion is not None:
-                clip = clip_suggestion if self.clip_norm is None else self.clip_norm * 0.5
-        act = Action("rollback", f"{cause.value}", lr_factor=lr, clip_norm=clip, set_eps=set_eps)
-        self.total_notfinite += 1
-        self.notfinite_count += 1
-        if lr is not None:
-            self.lr_scale *= lr
-        if clip is not None:
-            self.clip_norm = clip
-        return act
+@dataclass(frozen=True)
+class RecoveryState:
+    """What the run has been through (what ``state_dict`` saves): the counters under the names
+    optax's ``apply_if_finite`` and accelerate use, the back-off in force, what was done."""
 
-    def backoff(self, update_ratio: float | None) -> float:
-        """The learning-rate factor for one rollback (see :meth:`decide`): ×``lr_factor`` while
-        the updates were of a healthy size, else the factor that brings the measured update/
-        weight ratio to about 1e-3 (a learning rate 10⁵× too high gets ×1e-5, not ×0.5)."""
-        if update_ratio is None or update_ratio <= 0.02:
-            return self.lr_factor
-        return lr_candidates(update_ratio, self.lr_factor)[0]
+    notfinite_count: int = 0  # consecutive non-finite steps (a healthy step resets it)
+    total_notfinite: int = 0  # all non-finite steps acted on (skipped, dropped, rolled back)
+    lr_scale: float = 1.0  # the learning-rate factor applied at every step from now on
+    clip_norm: float | None = None  # the clipping threshold switched on (None: none)
+    recoveries: tuple[dict[str, Any], ...] = field(default=())
 
-    def _skip(self, step: int, reason: str, kind: str = "skip") -> Action:
-        self.notfinite_count += 1
-        self.total_notfinite += 1
-        if self.notfinite_count >= self.max_consecutive_skips:
-            return Action("give_up", f"{self.notfinite_count} consecutive steps had non-finite values")
-        return Action(kind, reason)
-
-    def healthy_step(self) -> None:
+    def healthy(self) -> RecoveryState:
         """A good step: the consecutive count starts over."""
-        self.notfinite_count = 0
+        return self if not self.notfinite_count else replace(self, notfinite_count=0)
 
-    def record(self, step: int, action: Action, **details: Any) -> dict[str, Any]:
-        """Log what was done (the run log's ``recoveries``)."""
+    def counted(self) -> RecoveryState:
+        """One more non-finite step acted on."""
+        return replace(self, notfinite_count=self.notfinite_count + 1, total_notfinite=self.total_notfinite + 1)
+
+    def applied(self, lr_factor: float | None, clip_norm: float | None) -> RecoveryState:
+        """A back-off carried out: the learning rate ×``lr_factor`` on top of the earlier ones,
+        clipping at ``clip_norm`` (``None``: each unchanged)."""
+        return replace(
+            self,
+            lr_scale=self.lr_scale * lr_factor if lr_factor is not None else self.lr_scale,
+            clip_norm=clip_norm if clip_norm is not None else self.clip_norm,
+        )
+
+    def recorded(self, step: int, action: Action, **details: Any) -> RecoveryState:
+        """What was done about ``step``, appended to :attr:`recoveries` (the run log's)."""
         entry = {"step": step, "action": action.kind, "reason": action.reason,
                  "description": action.describe(), **details}
         if action.lr_factor is not None:
@@ -177,35 +141,94 @@ class Recovery:
             entry["clip_norm"] = action.clip_norm
         if action.set_eps is not None:
             entry["eps"] = action.set_eps
-        self.recoveries.append(entry)
-        return entry
+        return replace(self, recoveries=(*self.recoveries, entry))
 
     def attempts(self) -> list[str]:
         """Every event and what was done about it: ``step 4: drop batch (nonfinite-input)``."""
         return [f"step {r['step']}: {r['description']}" + (f" ({r['cause']})" if r.get("cause") else "")
                 for r in self.recoveries]
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"lr_scale": self.lr_scale, "clip_norm": self.clip_norm,
+                "notfinite_count": self.notfinite_count, "total_notfinite": self.total_notfinite,
+                "recoveries": [dict(x) for x in self.recoveries]}
 
-class RecoveryCounters:
-    """The counters of a guard, under the names optax's ``apply_if_finite`` and accelerate use,
-    for any object that keeps its policy's :class:`Recovery` as ``self.recovery``."""
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RecoveryState:
+        clip = d.get("clip_norm")
+        return cls(notfinite_count=int(d.get("notfinite_count", 0)),
+                   total_notfinite=int(d.get("total_notfinite", 0)),
+                   lr_scale=float(d.get("lr_scale", 1.0)), clip_norm=float(clip) if clip is not None else None,
+                   recoveries=tuple(dict(x) for x in d.get("recoveries", [])))
 
-    recovery: Recovery
 
-    @property
-    def notfinite_count(self) -> int:
-        """Consecutive non-finite steps so far (reset by a healthy step)."""
-        return self.recovery.notfinite_count
+def decide(
+    config: RecoveryConfig,
+    state: RecoveryState,
+    diagnosis: Diagnosis,
+    step: int,
+    clip_suggestion: float | None = None,
+    eps: float | None = None,
+    update_ratio: float | None = None,
+) -> tuple[Action, RecoveryState]:
+    """What to do about a non-finite step whose cause is ``diagnosis.cause``, and the state
+    with it counted. Pure: nothing is applied — the back-off the action carries joins the state
+    when the controller carries the action out (:meth:`RecoveryState.applied`).
 
-    @property
-    def total_notfinite(self) -> int:
-        """All non-finite steps of the run (skipped, dropped or rolled back)."""
-        return self.recovery.total_notfinite
+    ``update_ratio`` (median ``|Δw|/|w|`` of the healthy steps) sizes the learning-rate
+    back-off: ×``lr_factor`` normally, more when the updates were far larger than the ≈1e-3
+    of healthy training — halving a learning rate 10⁵× too high five times over would
+    exhaust the recoveries before it helped (:func:`backoff`).
+    """
+    if config.policy == "raise":
+        return Action("raise", "policy 'raise'"), state
+    cause = diagnosis.cause
+    if config.policy == "skip" or (cause in UNFIXABLE and config.on_unfixable == "skip"):
+        return _skip(config, state, "policy 'skip'" if config.policy == "skip" else
+                     f"{cause.value}: no blind fix; skipping as asked")
+    if cause is Cause.NONFINITE_INPUT:
+        return _skip(config, state, "the batch holds NaN/Inf: dropped it", kind="drop_batch")
+    if cause in UNFIXABLE:
+        return Action("raise", f"{cause.value} cannot be fixed blindly"), state
+    if cause not in ROLLBACK:  # a cause with no rule of its own is never rolled back blindly
+        return Action("raise", f"{cause.value}: no recovery rule"), state
+    # roll back: learning rate, exploding gradients, optimizer state
+    recent = [r for r in state.recoveries if r.get("action") == "rollback" and step - r["step"] < config.window]
+    if len(recent) >= config.max_recoveries:
+        return Action("give_up", f"{len(recent)} rollbacks within {config.window} steps did not stop "
+                      "the non-finite values"), state
+    lr = clip = set_eps = None
+    tighter = clip_suggestion if state.clip_norm is None else state.clip_norm * 0.5
+    if cause is Cause.OPTIMIZER_STATE and eps is not None and eps < 1e-12:
+        set_eps = 1e-8
+    elif cause is Cause.EXPLODING_GRADIENTS:
+        clip = tighter
+        if recent or clip is None:
+            # no clip to switch on (an adaptive optimizer, or the script clips tighter
+            # already): the learning rate is what can shrink the step
+            lr = config.lr_factor if clip is not None else backoff(config, update_ratio)
+    else:
+        lr = backoff(config, update_ratio)
+        if recent and clip_suggestion is not None:
+            clip = tighter
+    return Action("rollback", f"{cause.value}", lr_factor=lr, clip_norm=clip, set_eps=set_eps), state.counted()
 
-    @property
-    def recoveries(self) -> list[dict[str, Any]]:
-        """What the policy did, one entry per action (the run log's ``recoveries``)."""
-        return self.recovery.recoveries
+
+def backoff(config: RecoveryConfig, update_ratio: float | None) -> float:
+    """The learning-rate factor for one rollback (see :func:`decide`): ×``lr_factor`` while
+    the updates were of a healthy size, else the factor that brings the measured update/
+    weight ratio to about 1e-3 (a learning rate 10⁵× too high gets ×1e-5, not ×0.5)."""
+    if update_ratio is None or update_ratio <= 0.02:
+        return config.lr_factor
+    return lr_candidates(update_ratio, config.lr_factor)[0]
+
+
+def _skip(config: RecoveryConfig, state: RecoveryState, reason: str,
+          kind: str = "skip") -> tuple[Action, RecoveryState]:
+    state = state.counted()
+    if state.notfinite_count >= config.max_consecutive_skips:
+        return Action("give_up", f"{state.notfinite_count} consecutive steps had non-finite values"), state
+    return Action(kind, reason), state
 
 
 #: a loss scaler that keeps skipping is given up on after this many skips in a row, whatever

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..core.diagnosis import Diagnosis
@@ -15,13 +16,8 @@ __all__ = ["RunRecord"]
 
 
 class RunRecord:
-    """Mixin: ``history``, ``findings`` and ``recoveries`` → run log / HTML report.
-
-    Written once, when training ends (or stops on a finding), by rank 0.
-    """
-
-    history: History
-    findings: list[tuple[Finding, Diagnosis]]
+    """A callback's outputs: its ``history``, ``findings`` and ``recoveries`` → run log / HTML
+    report, written once, when training ends (or stops on a finding), by rank 0."""
 
     def __init__(self, report_path: str | None = None, json_path: str | None = None) -> None:
         self.report_path = report_path
@@ -29,24 +25,23 @@ class RunRecord:
         self._t0 = time.perf_counter()
         self._written = False
 
-    @property
-    def recoveries(self) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def run_log(self, status: str, error: str | None = None) -> RunLog:
+    def run_log(self, status: str, history: History, findings: Sequence[tuple[Finding, Diagnosis | None]],
+                recoveries: Sequence[dict[str, Any]], error: str | None = None) -> RunLog:
         """The run so far as a :class:`~nanguard.core.runlog.RunLog` (what the report shows)."""
-        steps = max((r.step + 1 for r in self.history), default=0)
+        steps = max((r.step + 1 for r in history), default=0)
         return RunLog(
             status=status, steps=steps, script=" ".join(sys.argv[:1]) or None, argv=sys.argv[1:],
-            framework="torch", events=list(self.findings), recoveries=list(self.recoveries),
-            history=self.history, error=error, duration_s=time.perf_counter() - self._t0,
+            framework="torch", events=list(findings), recoveries=list(recoveries),
+            history=history, error=error, duration_s=time.perf_counter() - self._t0,
         )
 
-    def write_outputs(self, status: str, error: str | None = None) -> None:
+    def write(self, status: str, history: History, findings: Sequence[tuple[Finding, Diagnosis | None]],
+              recoveries: Sequence[dict[str, Any]], error: str | None = None) -> None:
+        """Write the run log and the report where asked (once; later calls do nothing)."""
         if self._written or not (self.report_path or self.json_path):
             return
         self._written = True
-        log = self.run_log(status, error)
+        log = self.run_log(status, history, findings, recoveries, error)
         if self.json_path:
             log.write(self.json_path)
         if self.report_path:

@@ -41,10 +41,12 @@ except ImportError as exc:
 
 import torch
 
+from ..core.config import POLICIES as CORE_POLICIES
 from ..core.diagnosis import Diagnosis, diagnose
 from ..core.errors import NonFiniteError
 from ..core.finding import Finding
 from ..core.history import History
+from ..core.policy import check_policy
 from ..torch._recorder import RngState
 from ..torch.guard import Guard
 from ..torch.locator import LocateOptions, locate
@@ -55,10 +57,11 @@ __all__ = ["POLICIES", "NanGuardCallback"]
 
 log = logging.getLogger("nanguard")
 
-POLICIES = ("raise", "stop", "skip", "recover")
+#: the core's policies, and ``"stop"``: drop the bad update, then end training normally
+POLICIES = (*CORE_POLICIES, "stop")
 
 
-class NanGuardCallback(TrainerCallback, RunRecord):
+class NanGuardCallback(TrainerCallback):
     """Catch the first NaN/Inf of a ``Trainer`` run at its origin, before it reaches the weights.
 
     Args:
@@ -79,9 +82,8 @@ class NanGuardCallback(TrainerCallback, RunRecord):
         json_path: str | None = None,
         **guard_kwargs: Any,
     ) -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"NanGuardCallback(policy={policy!r}): valid policies are {', '.join(POLICIES)}")
-        RunRecord.__init__(self, report_path=report_path, json_path=json_path)
+        check_policy(policy, "NanGuardCallback(policy=...)", extra=("stop",))
+        self.outputs = RunRecord(report_path=report_path, json_path=json_path)
         self.policy = policy
         self.guard_kwargs = guard_kwargs
         self.guard: Guard | None = None
@@ -208,7 +210,7 @@ class NanGuardCallback(TrainerCallback, RunRecord):
             self.guard.detach()
             self.guard = None
         if _is_main_process():
-            self.write_outputs(status)
+            self.outputs.write(status, self.history, self.findings, self.recoveries)
 
 
 def _is_main_process() -> bool:

@@ -42,14 +42,12 @@ except ImportError:  # the older package name
             "pip install 'nanguard[lightning]' (or: pip install lightning)"
         ) from exc
 
-from ..core.config import POLICIES
-from ..core.controller import StepController
 from ..core.diagnosis import Diagnosis, RunContext, diagnose
 from ..core.errors import NonFiniteError
 from ..core.finding import Finding
-from ..core.history import History, StepRecord
+from ..core.handle import GuardHandle, GuardOptions
+from ..core.history import StepRecord
 from ..core.ops import update_norm_estimate
-from ..core.policy import Recovery, RecoveryCounters
 from ..torch import _dist
 from ..torch._recorder import RngState
 from ..torch.locator import LocateOptions, locate
@@ -62,7 +60,7 @@ __all__ = ["NanGuardCallback"]
 log = logging.getLogger("nanguard")
 
 
-class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
+class NanGuardCallback(pl.Callback, GuardHandle):
     """Catch the first NaN/Inf of a Lightning run at its origin; stop, skip or recover.
 
     Args:
@@ -71,8 +69,8 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
         report_path: write the HTML report there when fitting ends (or stops on a finding).
         json_path: write the run log (schema 1) there.
         locate: re-run a failing step under the locator to name the op (default on).
-        snapshot_every, lr_factor, max_recoveries, max_consecutive_skips, on_unfixable: as for
-            :func:`nanguard.attach`.
+        snapshot_every, lr_factor, max_recoveries, recovery_window, max_consecutive_skips,
+            on_unfixable: as for :func:`nanguard.attach`.
 
     Attributes: ``history``, ``findings`` (``(Finding, Diagnosis)`` pairs), ``recoveries``.
     """
@@ -87,24 +85,20 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
         snapshot_every: int = 50,
         lr_factor: float = 0.5,
         max_recoveries: int = 5,
+        recovery_window: int = 1000,
         max_consecutive_skips: int = 10,
         on_unfixable: str = "raise",
         history_size: int = 10_000,
     ) -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"NanGuardCallback(policy={policy!r}): valid policies are {', '.join(POLICIES)}")
-        super().__init__()
-        RunRecord.__init__(self, report_path=report_path, json_path=json_path)
-        self.policy = policy
-        self.locate = locate
-        self.controller = StepController(
-            Recovery(policy=policy, max_consecutive_skips=max_consecutive_skips, lr_factor=lr_factor,
-                     max_recoveries=max_recoveries, on_unfixable=on_unfixable),
-            History(maxlen=history_size),
+        self.options = GuardOptions.checked(
+            "NanGuardCallback", policy=policy, replay=locate, snapshot_every=snapshot_every,
+            lr_factor=lr_factor, max_recoveries=max_recoveries, recovery_window=recovery_window,
+            max_consecutive_skips=max_consecutive_skips, on_unfixable=on_unfixable, history_size=history_size,
         )
-        self.history = self.controller.history
-        self.recovery = self.controller.recovery
-        self.findings = self.controller.findings
+        super().__init__()
+        self.outputs = RunRecord(report_path=report_path, json_path=json_path)
+        self.locate = locate
+        self.controller = self.options.controller()
         self.snapshots = Snapshotter(every=snapshot_every)
         # the batches of the current optimizer step (several under accumulate_grad_batches), each
         # with its index and the RNG state at its start: what a replay runs again
@@ -202,17 +196,19 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
-            self.write_outputs(status="recovered" if self.findings else "ok")
+            self.outputs.write("recovered" if self.findings else "ok", self.history, self.findings,
+                               self.recoveries)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if trainer.is_global_zero:
             status = "nonfinite" if isinstance(exception, NonFiniteError) else "error"
-            self.write_outputs(status=status, error=None if status == "nonfinite" else repr(exception))
+            self.outputs.write(status, self.history, self.findings, self.recoveries,
+                               error=None if status == "nonfinite" else repr(exception))
 
     # --- the parts -----------------------------------------------------------------------------------
     def _record(self, step: int, chk: NormCheck, opt: torch.optim.Optimizer, event: str | None = None) -> None:
         lr = opt.param_groups[0].get("lr") if opt.param_groups else None
-        lr = float(lr) * self.recovery.lr_scale if isinstance(lr, (int, float)) else None
+        lr = float(lr) * self.recovery_state.lr_scale if isinstance(lr, (int, float)) else None
         n = sum(p.numel() for p in _params(opt))
         rec = StepRecord(
             step=step,
@@ -247,11 +243,11 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
         hyper: dict[str, Any] = {k: g[k] for k in ("lr", "eps", "momentum", "weight_decay", "betas")
                                  if k in g}
         if isinstance(hyper.get("lr"), (int, float)):
-            hyper["lr"] = float(hyper["lr"]) * self.recovery.lr_scale
+            hyper["lr"] = float(hyper["lr"]) * self.recovery_state.lr_scale
         clip = trainer.gradient_clip_val if trainer.gradient_clip_algorithm in (None, "norm") else None
         return RunContext(
             framework="torch", optimizer=type(opt).__name__, hyper=hyper,
-            clip_norm=float(clip) if clip else self.recovery.clip_norm,
+            clip_norm=float(clip) if clip else self.recovery_state.clip_norm,
             num_params=sum(p.numel() for p in _params(opt)) or None,
         )
 
@@ -348,10 +344,10 @@ class NanGuardCallback(pl.Callback, RecoveryCounters, RunRecord):
             self._rec.event = action.kind
 
     def _apply_backoff(self, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer) -> None:
-        clip = self.recovery.clip_norm
+        clip = self.recovery_state.clip_norm
         if clip is not None:  # before Lightning's own clipping, which still applies after
             torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], clip)
-        scale = self.recovery.lr_scale
+        scale = self.recovery_state.lr_scale
         if scale != 1.0:
             self._saved_lrs = [(g, g["lr"]) for g in opt.param_groups]
             for g in opt.param_groups:

@@ -38,7 +38,7 @@ def run_context(guard: KerasGuard, state: GuardState | None = None) -> RunContex
     lr = next((r.lr for r in reversed(list(guard.history)) if r.lr is not None), None)
     if lr is None:
         try:
-            lr = float(np.asarray(opt.learning_rate)) * guard.recovery.lr_scale
+            lr = float(np.asarray(opt.learning_rate)) * guard.recovery_state.lr_scale
         except Exception:
             lr = None
     if lr is not None:
@@ -60,7 +60,7 @@ def run_context(guard: KerasGuard, state: GuardState | None = None) -> RunContex
         framework="keras",
         optimizer=type(opt).__name__,
         hyper=hyper,
-        clip_norm=clip if clip is not None else guard.recovery.clip_norm,
+        clip_norm=clip if clip is not None else guard.recovery_state.clip_norm,
         num_params=n,
     )
 

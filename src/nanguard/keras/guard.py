@@ -29,13 +29,12 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ..core.config import POLICIES
-from ..core.controller import StepController
 from ..core.diagnosis import Diagnosis, RunContext, diagnose
 from ..core.errors import GiveUpError, NonFiniteError
 from ..core.finding import Finding
-from ..core.history import History, StepRecord
-from ..core.policy import Recovery, RecoveryCounters
+from ..core.handle import GuardHandle, GuardOptions
+from ..core.history import StepRecord
+from ..core.policy import check_policy
 from . import _patches
 from ._backend import (
     KerasBackend,
@@ -57,7 +56,7 @@ __all__ = ["KerasGuard", "attach"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class KerasGuard(DataLook, RecoveryCounters):
+class KerasGuard(DataLook, GuardHandle):
     """The handle :func:`attach` returns (and what :class:`~nanguard.keras.NanGuard` drives).
 
     Attributes:
@@ -83,10 +82,7 @@ class KerasGuard(DataLook, RecoveryCounters):
         on_unfixable: str = "raise",
         history_size: int = 10_000,
     ) -> None:
-        if policy not in POLICIES:
-            raise ValueError(
-                f"nanguard.keras: policy={policy!r}; valid policies are {', '.join(POLICIES)}."
-            )
+        check_policy(policy, "nanguard.keras.attach(policy=...)")
         if model is not None and not isinstance(model, keras.layers.Layer):
             raise TypeError(
                 f"nanguard.keras.attach(model=...) expects a Keras model or layer, got "
@@ -97,13 +93,13 @@ class KerasGuard(DataLook, RecoveryCounters):
                 f"nanguard.keras.attach(optimizer=...) expects a keras.optimizers.Optimizer, got "
                 f"{type(optimizer).__name__}."
             )
-        self.model = model
-        self.policy = policy
-        self.controller = StepController(
-            Recovery(policy=policy, max_consecutive_skips=max_consecutive_skips, lr_factor=lr_factor,
-                     max_recoveries=max_recoveries, window=recovery_window, on_unfixable=on_unfixable),
-            History(maxlen=history_size),
+        self.options = GuardOptions(
+            policy=policy, replay=replay, max_consecutive_skips=max_consecutive_skips, lr_factor=lr_factor,
+            max_recoveries=max_recoveries, recovery_window=recovery_window, snapshot_every=snapshot_every,
+            on_unfixable=on_unfixable, history_size=history_size,
         )
+        self.model = model
+        self.controller = self.options.controller()
         self.snapshots = Snapshotter(every=snapshot_every)
         self.replay_enabled = replay
         self.step = 0
@@ -120,33 +116,6 @@ class KerasGuard(DataLook, RecoveryCounters):
         self.verify = os.environ.get("NANGUARD_VERIFY", "") == "1"
         self.violations: list[dict[str, Any]] = []
         self._updated = False  # an update has been applied in this run
-
-    # --- the controller's state, under the names users know -----------------------------------------
-    @property
-    def recovery(self) -> Recovery:
-        return self.controller.recovery
-
-    @recovery.setter
-    def recovery(self, value: Recovery) -> None:
-        self.controller.recovery = value
-
-    @property
-    def history(self) -> History:
-        return self.controller.history
-
-    @property
-    def findings(self) -> list[tuple[Finding, Diagnosis]]:
-        return self.controller.findings
-
-    def state_dict(self) -> dict[str, Any]:
-        """What the guard learned (learning-rate factor, clipping, counters), for a resume."""
-        return {**self.controller.state_dict(), "step": self.step}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume with what :meth:`state_dict` saved: a back-off or a clipping threshold stays."""
-        self.controller.load_state_dict(state)
-        self.step = int(state.get("step", self.step))
-        self._apply_recovery_settings()
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def install(self) -> KerasGuard:
@@ -219,9 +188,9 @@ class KerasGuard(DataLook, RecoveryCounters):
         if inner is not optimizer:
             st.wrapper = optimizer
         st.on_trace = functools.partial(snapshot_before_first_update, self)
-        st.lr_scale.assign(float(self.recovery.lr_scale))  # a back-off already made persists
-        if self.recovery.clip_norm is not None:
-            st.clip.assign(float(self.recovery.clip_norm))
+        st.lr_scale.assign(float(self.recovery_state.lr_scale))  # a back-off already made persists
+        if self.recovery_state.clip_norm is not None:
+            st.clip.assign(float(self.recovery_state.clip_norm))
         self._states[id(inner)] = st
         if all(optimizer is not o for o in self._optimizers):
             self._optimizers.append(optimizer)
@@ -412,11 +381,16 @@ class KerasGuard(DataLook, RecoveryCounters):
         self.step += 1
         self.controller.step_ended()
 
+    def settings_changed(self) -> None:
+        """The back-off or the clipping threshold changed (a recovery, a resume): into the
+        traced step's variables."""
+        self._apply_recovery_settings()
+
     def _apply_recovery_settings(self) -> None:
         for st in self._states.values():
-            st.lr_scale.assign(float(self.recovery.lr_scale))
-            if self.recovery.clip_norm is not None:
-                st.clip.assign(float(self.recovery.clip_norm))
+            st.lr_scale.assign(float(self.recovery_state.lr_scale))
+            if self.recovery_state.clip_norm is not None:
+                st.clip.assign(float(self.recovery_state.clip_norm))
 
     # --- context and bookkeeping ------------------------------------------------------------------------
     def context(self, state: GuardState | None = None) -> RunContext:
@@ -431,20 +405,6 @@ class KerasGuard(DataLook, RecoveryCounters):
         """Build unbuilt optimizers on the model's trainable variables, as their first ``apply``
         would: the first snapshot (before any update) then holds their state too."""
         build_optimizers(self)
-
-    def report(self) -> str:
-        """A plain-text summary: steps, recoveries and every finding with its diagnosis."""
-        from ..core.render import format_finding
-
-        head = (
-            f"nanguard: {self.step} steps, {len(self.findings)} non-finite events, "
-            f"{self.total_notfinite} skipped or rolled back"
-        )
-        lines = [head] + [f"  step {r['step']}: {r['description']} ({r['reason']})" for r in self.recoveries]
-        body = [format_finding(f, d) for f, d in self.findings]
-        return "\n\n".join(["\n".join(lines), *body])
-
-
 
 
 

@@ -105,8 +105,8 @@ class TorchBackend:
 def apply_settings(guard: Guard, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None,
                    total_norm: float | None) -> None:
     """A healthy step under a back-off: clip, and scale the learning rate (or gradients)."""
-    scale = guard.recovery.lr_scale
-    clip = guard.recovery.clip_norm
+    scale = guard.recovery_state.lr_scale
+    clip = guard.recovery_state.clip_norm
     if clip is None and scale == 1.0:
         return  # no back-off in force: every healthy step of most runs
     with_grads = [p for p in params if p.grad is not None]

@@ -99,9 +99,11 @@ class BackwardHooks(GuardBase, _autograd.BackwardListener):
             self._end_step()
             self._backward_steps += 1
 
-    def loss_scaled(self, outputs: Any) -> None:
-        """``GradScaler.scale(loss)`` was called: keep the unscaled loss — a scale far too large
-        (``init_scale=2**127``) can overflow the scaled one; the loss is bad only if it is."""
+    def loss_scaled(self, scaler: Any, outputs: Any) -> None:
+        """``GradScaler.scale(loss)`` was called: the scaler is this run's; keep the unscaled
+        loss — a scale far too large (``init_scale=2**127``) can overflow the scaled one; the loss
+        is bad only if it is."""
+        self._scalers.add(scaler)
         ts = [outputs] if isinstance(outputs, torch.Tensor) else [
             t for t in (outputs if isinstance(outputs, (list, tuple)) else []) if isinstance(t, torch.Tensor)]
         self._unscaled.extend(t.detach() for t in ts if t.is_floating_point())

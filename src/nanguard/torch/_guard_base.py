@@ -20,9 +20,9 @@ from torch import nn
 from ..core.controller import StepController
 from ..core.diagnosis import Diagnosis, RunContext, diagnose
 from ..core.finding import Finding
+from ..core.handle import GuardHandle
 from ..core.history import History, StepRecord
 from ..core.ops import ADAPTIVE_OPTIMIZERS, update_norm_estimate
-from ..core.policy import Recovery
 from . import _dist
 from ._backend import TorchBackend
 from ._datapeek import DataLook
@@ -32,18 +32,17 @@ from ._modules import ModuleStack
 from ._recorder import StepRecorder
 from ._update_replay import UpdateReplay
 from ._watched import HYPER, ReadCadence, WatchSet, opt_params, plain
-from .snapshot import SCALERS, SCHEDULERS, Snapshotter
+from .snapshot import SCHEDULERS, Snapshotter
 from .watch import NormCheck
 
 __all__ = ["GuardBase"]
 
 
-class GuardBase(DataLook, HazardSampling):
+class GuardBase(DataLook, HazardSampling, GuardHandle):
     """What a torch guard knows of the run and of the step in progress."""
 
     model: nn.Module | None
     optimizer: torch.optim.Optimizer | None
-    policy: str
     controller: StepController
     snapshots: Snapshotter
     replay_enabled: bool
@@ -95,14 +94,6 @@ class GuardBase(DataLook, HazardSampling):
     #: ``_watched.weights_wanted``): each check reads the tensors once
     STATE_CHECK_EVERY = 16
 
-    @property
-    def recovery(self) -> Recovery:
-        return self.controller.recovery
-
-    @recovery.setter
-    def recovery(self, value: Recovery) -> None:
-        self.controller.recovery = value
-
     def _loss_bad(self) -> bool:
         """Is the step's loss itself not finite (:class:`BackwardHooks`)?"""
         raise NotImplementedError
@@ -118,20 +109,14 @@ class GuardBase(DataLook, HazardSampling):
         """Make ``opt`` the step marker (:class:`~nanguard.torch._optimizer_hooks.OptimizerHooks`)."""
         raise NotImplementedError
 
-    @property
-    def history(self) -> History:
-        return self.controller.history
-
-    @property
-    def findings(self) -> list[tuple[Finding, Diagnosis]]:
-        return self.controller.findings
-
     def _schedulers_of(self, opt: torch.optim.Optimizer | None) -> list[Any]:
         found = list(self._schedulers) + [s for s in SCHEDULERS if s not in self._schedulers]
         return [s for s in found if opt is not None and getattr(s, "optimizer", None) is opt]
 
     def _scalers_all(self) -> list[Any]:
-        return list(self._scalers) + [s for s in SCALERS if s not in self._scalers]
+        """The loss scalers of this guard's run: passed to ``attach(scaler=...)``, or seen scaling
+        a loss or stepping while attached."""
+        return list(self._scalers)
 
     def context(self, opt: torch.optim.Optimizer | None = None) -> RunContext:
         """What the diagnosis knows of the run: the hyper-parameters of ``opt`` (the optimizer
@@ -143,17 +128,17 @@ class GuardBase(DataLook, HazardSampling):
             g = opt.param_groups[0]
             hyper = {k: plain(g[k]) for k in HYPER if k in g}
             if "lr" in hyper and isinstance(hyper["lr"], float):
-                hyper["lr"] *= self.recovery.lr_scale
+                hyper["lr"] *= self.recovery_state.lr_scale
         params = self.watch.params() if primary else opt_params(opt)
         scheds = self._schedulers_of(opt)
         return RunContext(
             framework="torch",
             optimizer=type(opt).__name__ if opt is not None else None,
             hyper=hyper,
-            clip_norm=self.clip_norm if self.clip_norm is not None else self.recovery.clip_norm,
+            clip_norm=self.clip_norm if self.clip_norm is not None else self.recovery_state.clip_norm,
             num_params=sum(p.numel() for p in params) or None,
             scheduler=type(scheds[0]).__name__ if scheds else None,
-            lr_scale=self.recovery.lr_scale,
+            lr_scale=self.recovery_state.lr_scale,
             recurrences=dict(self.hz_recurrences or {}),
         )
 
@@ -203,7 +188,7 @@ class GuardBase(DataLook, HazardSampling):
                 finite: bool | None = None) -> None:
         opt = opt if opt is not None else self.watch.primary
         lr = plain(opt.param_groups[0].get("lr")) if opt is not None and opt.param_groups else None
-        lr = lr * self.recovery.lr_scale if isinstance(lr, float) else None
+        lr = lr * self.recovery_state.lr_scale if isinstance(lr, float) else None
         n_loss = self._n_losses if g is not None else 0
         loss = math.fsum(g.losses[:n_loss]) if g is not None and n_loss else self._carry_loss
         self._carry_loss = None

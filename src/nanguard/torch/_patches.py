@@ -252,28 +252,14 @@ def _sched_init(orig: Callable[..., Any]) -> Callable[..., Any]:
     return __init__
 
 
-def _scaler_init(orig: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(orig)
-    @transparent
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        orig(self, *args, **kwargs)
-        from .snapshot import SCALERS
-
-        SCALERS.add(self)
-
-    return __init__
-
-
 def _scaler_scale(orig: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(orig)
     def scale(self: Any, outputs: Any) -> Any:
-        # a scaler made before the guard is known from the first loss it scales: before the
-        # backward whose overflowing (scaled) gradients it will skip itself
-        from .snapshot import SCALERS
-
-        SCALERS.add(self)
+        # a guard knows a scaler from the first loss it scales while attached: before the
+        # backward whose overflowing (scaled) gradients it will skip itself (a scaler merely
+        # alive in the process — another model's, a test's — is none of its business)
         for g in list(_guards):
-            g.loss_scaled(outputs)  # the unscaled loss: is it finite itself?
+            g.loss_scaled(self, outputs)  # the unscaled loss: is it finite itself?
         return orig(self, outputs)
 
     return scale
@@ -342,7 +328,6 @@ def register_guard(guard: Any) -> None:
 
         targets = [
             (lr_scheduler.LRScheduler, "__init__", _sched_init),
-            (grad_scaler.GradScaler, "__init__", _scaler_init),
             (grad_scaler.GradScaler, "step", _scaler_step),
             (grad_scaler.GradScaler, "scale", _scaler_scale),
         ]

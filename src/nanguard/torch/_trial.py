@@ -119,7 +119,7 @@ def _one(guard: Guard, events: Sequence[Event], params: list[torch.Tensor], opt:
     were finite."""
     restore()
     losses: list[float] = []
-    clips = [c for c in (fix.clip_norm, guard.clip_norm, guard.recovery.clip_norm) if c is not None]
+    clips = [c for c in (fix.clip_norm, guard.clip_norm, guard.recovery_state.clip_norm) if c is not None]
     for k in range(TRIAL_STEPS + 1):
         loss, grads = step_loss(events, params)
         losses.append(loss)
@@ -131,7 +131,7 @@ def _one(guard: Guard, events: Sequence[Event], params: list[torch.Tensor], opt:
             p.grad = g
         if clips:
             torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], min(clips))
-        with _settings(opt, fix, guard.recovery.lr_scale):
+        with _settings(opt, fix, guard.recovery_state.lr_scale):
             _raw_step(opt)
     return tuple(losses), True
 
@@ -159,7 +159,7 @@ def run_trials(guard: Guard, params: Sequence[torch.Tensor], opt: torch.optim.Op
             except Exception:  # an event could not be re-run: the fix is judged by the outcome
                 log.debug("nanguard: trial of %s failed", fix.describe(), exc_info=True)
                 return None
-            out.append(Trial(fix, losses, snap.step, lr=_lr_of(opt, fix, guard.recovery.lr_scale),
+            out.append(Trial(fix, losses, snap.step, lr=_lr_of(opt, fix, guard.recovery_state.lr_scale),
                              grads_finite=grads_ok))
             if out[-1].verified or out[-1].fails_at_start:
                 break  # the least drastic fix that works is the one applied; a step that fails

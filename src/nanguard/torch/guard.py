@@ -33,11 +33,10 @@ import torch
 from torch import nn
 
 from ..core.config import POLICIES
-from ..core.controller import StepController
 from ..core.diagnosis import Diagnosis, diagnose
 from ..core.finding import Finding
-from ..core.history import History
-from ..core.policy import Recovery, RecoveryCounters
+from ..core.handle import GuardOptions
+from ..core.policy import check_policy
 from . import _autograd, _patches
 from ._backward_hooks import BackwardHooks
 from ._deferred_hooks import DeferredHooks
@@ -58,7 +57,7 @@ _ATTACHED: weakref.WeakKeyDictionary[Any, Guard] = weakref.WeakKeyDictionary()
 _SESSION: list[Guard] = []
 
 
-class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
+class Guard(OptimizerHooks, BackwardHooks, DeferredHooks):
     """The handle :func:`attach` returns. Use it as a context manager or call :meth:`detach`.
 
     Attributes:
@@ -90,14 +89,14 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
         history_size: int = 10_000,
     ) -> None:
         _check_args(model, optimizer, policy)
+        self.options = GuardOptions(
+            policy=policy, replay=replay, max_consecutive_skips=max_consecutive_skips, lr_factor=lr_factor,
+            max_recoveries=max_recoveries, recovery_window=recovery_window, snapshot_every=snapshot_every,
+            on_unfixable=on_unfixable, history_size=history_size,
+        )
         self.model = model
         self.optimizer = optimizer
-        self.policy = policy
-        self.controller = StepController(
-            Recovery(policy=policy, max_consecutive_skips=max_consecutive_skips, lr_factor=lr_factor,
-                     max_recoveries=max_recoveries, window=recovery_window, on_unfixable=on_unfixable),
-            History(maxlen=history_size),
-        )
+        self.controller = self.options.controller()
         self.snapshots = Snapshotter(every=snapshot_every, directory=snapshot_dir)
         self.replay_enabled = replay
         self.step = 0
@@ -145,17 +144,6 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
         self._closure_step = False
         self.verify = os.environ.get("NANGUARD_VERIFY", "") == "1"
         self.violations: list[dict[str, Any]] = []
-
-    # --- resuming ---------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """What the guard learned (learning-rate factor, clipping, counters, a history summary),
-        to save beside a checkpoint: ``torch.save({"model": ..., "nanguard": guard.state_dict()})``."""
-        return {**self.controller.state_dict(), "step": self.step}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume with what :meth:`state_dict` saved: a back-off or a clipping threshold stays."""
-        self.controller.load_state_dict(state)
-        self.step = int(state.get("step", self.step))
 
     # --- lifecycle ---------------------------------------------------------------------------
     def install(self) -> Guard:
@@ -252,19 +240,11 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
         if model is not None and self.model is None:
             self.model = self.watch.model = model
         old = self.policy
-        if policy != old or kwargs:
-            rec = self.recovery
-            new = Recovery(
-                policy=policy,
-                max_consecutive_skips=kwargs.get("max_consecutive_skips", rec.max_consecutive_skips),
-                lr_factor=kwargs.get("lr_factor", rec.lr_factor),
-                max_recoveries=kwargs.get("max_recoveries", rec.max_recoveries),
-                window=kwargs.get("recovery_window", rec.window),
-                on_unfixable=kwargs.get("on_unfixable", rec.on_unfixable),
-            )
-            new.recoveries, new.lr_scale, new.clip_norm = rec.recoveries, rec.lr_scale, rec.clip_norm
-            self.controller.recovery = new
-            self.policy = policy
+        changed = {k: kwargs[k] for k in ("max_consecutive_skips", "lr_factor", "max_recoveries",
+                                          "recovery_window", "on_unfixable", "snapshot_every") if k in kwargs}
+        # the configuration is replaced; the state (counters, back-off, recoveries) is the run's
+        self.options = self.options.with_(policy=policy, **changed)
+        self.controller.config = self.options.recovery()
         if "snapshot_every" in kwargs:
             self.snapshots.every = int(kwargs["snapshot_every"])
         for s in kwargs.get("schedulers") or ():
@@ -301,19 +281,6 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks, RecoveryCounters):
 
 
 
-    def report(self) -> str:
-        """A plain-text summary: steps, recoveries and every finding with its diagnosis."""
-        from ..core.render import format_finding
-
-        head = (
-            f"nanguard: {self.step} steps, {len(self.findings)} non-finite events, "
-            f"{self.total_notfinite} skipped or rolled back"
-        )
-        lines = [head] + [f"  step {r['step']}: {r['description']} ({r['reason']})" for r in self.recoveries]
-        body = [format_finding(f, d) for f, d in self.findings]
-        return "\n\n".join(["\n".join(lines), *body])
-
-
 def _check_args(model: Any, optimizer: Any, policy: str) -> None:
     if model is not None and not isinstance(model, nn.Module):
         raise TypeError(
@@ -326,8 +293,7 @@ def _check_args(model: Any, optimizer: Any, policy: str) -> None:
             f"{type(optimizer).__name__}. Pass the optimizer itself (not a scheduler or a "
             "list), or leave it out to check at every backward()."
         )
-    if policy not in POLICIES:
-        raise ValueError(f"nanguard.attach(policy={policy!r}): valid policies are {', '.join(POLICIES)}.")
+    check_policy(policy, "nanguard.attach(policy=...)")
 
 
 def _schedulers_made_before(opt: torch.optim.Optimizer) -> list[Any]:

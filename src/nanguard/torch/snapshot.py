@@ -174,7 +174,6 @@ class Snapshotter:
 
 # instances created while a guard is active (found by class-level __init__ patches)
 SCHEDULERS: weakref.WeakSet[Any] = weakref.WeakSet()
-SCALERS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def module_buffers(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
