@@ -1,14 +1,34 @@
-"""Exceptions raised by nanguard."""
+"""Exceptions raised by nanguard, and how an error inside nanguard itself is handled."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
+
+from . import config
 
 if TYPE_CHECKING:
     from .diagnosis import Diagnosis
     from .finding import Finding
 
-__all__ = ["GiveUpError", "NonFiniteError"]
+__all__ = ["GiveUpError", "NonFiniteError", "internal_error"]
+
+#: nanguard's logger: silent unless the application configures logging (a library's manners)
+log = logging.getLogger("nanguard")
+log.addHandler(logging.NullHandler())
+
+
+def internal_error(what: str, exc: BaseException) -> str:
+    """An error raised inside nanguard's own work (a replay, a trial, a look at the data):
+    logged with its traceback on the ``nanguard`` logger, raised again under
+    ``NANGUARD_STRICT=1`` (the test suite's switch), else returned as the words a finding or a
+    note gives it — ``"the replay of this step failed: KeyError: 'x'"`` — so that a bug of ours
+    is reported as ours and never as a statement about the user's run. Call it from an
+    ``except`` block."""
+    if config.strict():
+        raise exc
+    log.warning("nanguard: %s failed", what, exc_info=exc)
+    return f"{what} failed: {type(exc).__name__}: {exc}"[:300]
 
 
 class NonFiniteError(FloatingPointError):

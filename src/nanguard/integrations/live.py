@@ -8,10 +8,11 @@ when the run ends and before the finding is printed.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any, Protocol, TextIO
+
+from ..core import config
 
 __all__ = ["LiveStatus", "Observer", "TensorBoardObserver", "make_observers"]
 
@@ -30,7 +31,7 @@ class LiveStatus:
     def __init__(self, stream: TextIO | None = None, delay: float = 2.0, interval: float = 0.25) -> None:
         self.stream = stream or sys.stderr
         self.enabled = bool(getattr(self.stream, "isatty", lambda: False)()) and \
-            os.environ.get("NANGUARD_LIVE", "1") != "0"
+            config.live()
         self.delay = delay
         self.interval = interval
         self._t0 = time.monotonic()

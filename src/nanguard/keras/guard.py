@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from ..core import config
 from ..core.diagnosis import Diagnosis, RunContext, diagnose
 from ..core.errors import GiveUpError, NonFiniteError
 from ..core.finding import Finding
@@ -113,7 +113,7 @@ class KerasGuard(DataLook, GuardHandle):
         self.on_step_end: list[Callable[[], None]] = []  # run after each step (live status, ...)
         #: NANGUARD_VERIFY=1: after every step, check that no weight and no optimizer variable is
         #: non-finite (the guarantee of skip/recover); breaches are kept here
-        self.verify = os.environ.get("NANGUARD_VERIFY", "") == "1"
+        self.verify = config.verify()
         self.violations: list[dict[str, Any]] = []
         self._updated = False  # an update has been applied in this run
 

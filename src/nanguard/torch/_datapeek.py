@@ -14,6 +14,7 @@ Tensors in the autograd graph (weights, activations) are not data and are skippe
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Iterator
 from types import FrameType
@@ -28,6 +29,8 @@ from ..core.early import NonFiniteData
 from ..core.source import user_frames
 
 __all__ = ["TORCH", "DataLook", "peek_dataset", "peek_frames"]
+
+log = logging.getLogger("nanguard")
 
 
 def _counts(x: Any) -> Counts | None:
@@ -137,6 +140,7 @@ class DataLook:
                 self.controller.early.add(warning(found, self.step, "a dataset",
                                                    _projected(loader, found[0], self.step)))
         except Exception:  # a dataset attribute nanguard cannot read: the look is best-effort
+            log.debug("nanguard: the look at a dataset failed", exc_info=True)
             return
 
     def look_at_frames(self) -> None:
@@ -151,6 +155,7 @@ class DataLook:
         try:
             found = peek_frames(user_frames(2))
         except Exception:  # a value nanguard cannot read: the look is best-effort
+            log.debug("nanguard: the look at the script's variables failed", exc_info=True)
             return
         if found:
             self.controller.early.add(warning(found, max(self.step - 1, 0), "the script's variables",

@@ -24,13 +24,13 @@ tests exercise it on the CPU), ``=0`` off.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ..core import config
 from ..core.history import StepRecord
 from ._recorder import Event
 from ._stats import checkable
@@ -43,7 +43,7 @@ _LOW = (torch.float16, torch.bfloat16)
 
 def deferred_wanted(params: Sequence[torch.Tensor], policy: str) -> bool:
     """Is the deferred (no host sync) watch wanted for these parameters?"""
-    env = os.environ.get("NANGUARD_WATCH_DEFERRED", "")
+    env = config.watch_deferred()
     if policy != "raise" or env == "0":
         return False
     if env == "1":

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..core.diagnosis import Diagnosis
+from ..core.errors import internal_error
 from ..core.finding import Finding
 from ..core.source import user_frame
 from . import _dist
@@ -40,15 +41,22 @@ def locate_step(guard: Guard, chk: NormCheck, params: Sequence[torch.Tensor]) ->
     finding = None
     extra: dict[str, Any] = {}
     if guard.replay_enabled and guard.recorder.events:
-        finding, extra = replay(
-            guard.recorder.events, model=guard.model, modules=guard.modules, step=guard.step,
-            sinks=guard._sinks,
-        )
+        try:
+            finding, extra = replay(
+                guard.recorder.events, model=guard.model, modules=guard.modules, step=guard.step,
+                sinks=guard._sinks,
+            )
+        except Exception as exc:  # a bug of ours: said as such, never as a fact about the run
+            extra = {"error": internal_error("the replay of this step", exc)}
     if finding is None and guard.recorder.graph_finding is not None:
         finding = guard.recorder.graph_finding  # the tape was not whole: what the graph showed
     if finding is None:
         finding = watch_finding(guard, chk, params)
-        if guard.replay_enabled:
+        if extra.get("error"):
+            finding.details["note"] = (f"{extra['error']} (an error inside nanguard, not in the run); "
+                                       "run with nanguard.locate() / --trace for the exact op")
+            finding.details["replay_error"] = extra["error"]
+        elif guard.replay_enabled:
             finding.details.setdefault(
                 "note",
                 "the replay of this step did not reproduce the non-finite value; "

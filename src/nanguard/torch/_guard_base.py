@@ -9,6 +9,7 @@ for the two hook mixins — :class:`~nanguard.torch._backward_hooks.BackwardHook
 
 from __future__ import annotations
 
+import logging
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -36,6 +37,8 @@ from .snapshot import SCHEDULERS, Snapshotter
 from .watch import NormCheck
 
 __all__ = ["GuardBase"]
+
+log = logging.getLogger("nanguard")
 
 
 class GuardBase(DataLook, HazardSampling, GuardHandle):
@@ -292,5 +295,6 @@ def scale_of(scaler: Any) -> float:
     """A loss scaler's current scale (NaN when it cannot be read)."""
     try:
         return float(scaler.get_scale())
-    except Exception:
+    except Exception:  # a scaler nanguard cannot read: its scale is unknown
+        log.debug("nanguard: cannot read the scale of %s", type(scaler).__name__, exc_info=True)
         return float("nan")

@@ -14,7 +14,6 @@ sinks (:mod:`._sinks`).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core import config
 from ..core.finding import Finding
 from ._modules import ModuleStack, storage_key
 from ._opinfo import OpInfo, op_info
@@ -90,7 +90,7 @@ class LocatorMode(OptimizerSteps, Sinks):
         self.relu_grad_where: str | None = None
         self.notes: set[str] = set()
         deferred = self.opts.deferred
-        self._force_deferred = deferred if deferred is not None else os.environ.get("NANGUARD_DEFERRED", "") == "1"
+        self._force_deferred = deferred if deferred is not None else config.deferred_flags()
         self._report_unused = self.opts.unused == "report"
         self._window: list[_Deferred] = []
         self._init_place(model, modules)

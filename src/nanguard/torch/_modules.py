@@ -6,6 +6,7 @@ model can still be pickled with ``torch.save(model)`` while nanguard is attached
 
 from __future__ import annotations
 
+import logging
 import sys
 import weakref
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 __all__ = ["ModuleStack", "module_names", "param_names"]
+
+log = logging.getLogger("nanguard")
 
 _compiling = torch.compiler.is_compiling
 
@@ -76,6 +79,7 @@ def storage_key(t: torch.Tensor) -> int:
     try:
         return int(t.untyped_storage().data_ptr())
     except Exception:  # tensors without storage (subclasses, functional tensors)
+        log.debug("nanguard: no storage for a %s", type(t).__name__, exc_info=True)
         return -1
 
 

@@ -9,6 +9,7 @@ op that made them from finite inputs, when they are left unused (:mod:`._provena
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,8 @@ from ._provenance import IdMap, Origin, Provenance
 from ._stats import checkable, finding_for, iter_tensors, tensor_stats
 
 __all__ = ["Origins", "bad_samples", "is_log_mask"]
+
+log = logging.getLogger("nanguard")
 
 _LOW = (torch.float16, torch.bfloat16)
 
@@ -197,6 +200,7 @@ def _float32_check(func: Any, args: Sequence[Any], kwargs: dict[str, Any], f: Fi
             if fin:
                 f.details["float32_absmax"] = float(t.abs().max())
     except Exception:  # the float32 re-run is evidence, never a requirement
+        log.debug("nanguard: the float32 re-run of %s failed", func, exc_info=True)
         return
 
 

@@ -23,7 +23,6 @@ only turns torch's hooks into its events. The guard never touches the user's mod
 
 from __future__ import annotations
 
-import os
 import sys
 import weakref
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core import config
 from ..core.config import POLICIES
 from ..core.diagnosis import Diagnosis, diagnose
 from ..core.finding import Finding
@@ -142,7 +142,7 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks):
         self._inflight: Any = None
         self._mask: Any = None
         self._closure_step = False
-        self.verify = os.environ.get("NANGUARD_VERIFY", "") == "1"
+        self.verify = config.verify()
         self.violations: list[dict[str, Any]] = []
 
     # --- lifecycle ---------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core.errors import internal_error
 from ..core.finding import Finding
 from . import _autograd
 from ._mode import LocatorMode
@@ -119,7 +120,8 @@ def replay(
     ``sinks`` are further values that must stay finite, made by recorded events (e.g. the total
     norm that ``clip_grad_norm_`` returned), with a description for the finding.
     The second value holds side evidence for the diagnosis: ``activation_scale`` (max |x| at the
-    output of each module, in call order) and ``complete`` (whether every event could be re-run).
+    output of each module, in call order), ``complete`` (whether every event could be re-run) and
+    ``error`` (the words for an error the replay itself met: :func:`~nanguard.core.errors.internal_error`).
     """
     roots = [ev.module for ev in events if isinstance(ev, RootCall)]
     if model is not None:
@@ -146,6 +148,7 @@ def replay(
 
     stack.on_exit = on_exit
     complete = True
+    error: str | None = None
     produced: set[int] = set()
     grad_fn = _autograd.original_grad()
     stack.install()
@@ -164,10 +167,12 @@ def replay(
                 except KeyError:
                     complete = False  # made by an event dropped from a long tape
                     continue
-                except Exception:
+                except Exception as exc:
                     # an op raised again (multinomial on NaN probabilities): the locator has
                     # recorded whether a non-finite input was why; nothing after it can run
                     complete = bool(loc.findings)
+                    if not complete:  # raised for another reason: the replay failed
+                        error = internal_error("the replay of this step", exc)
                     break
                 for ref, what in sinks:
                     t = values.made.get(ref)
@@ -181,6 +186,8 @@ def replay(
     finally:
         stack.remove()
     extra: dict[str, Any] = {"activation_scale": scale, "complete": complete}
+    if error is not None:
+        extra["error"] = error
     finding = loc.findings[0] if loc.findings else None
     if finding is not None and loc.notes:
         finding.details.setdefault("note", "; ".join(sorted(loc.notes)))
