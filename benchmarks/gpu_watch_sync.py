@@ -71,7 +71,7 @@ def check_no_sync(dev: torch.device) -> bool:
             finally:
                 if dev.type == "cuda":
                     torch.cuda.set_sync_debug_mode("default")
-        ok = guard._defer is True and not guard.findings
+        ok = guard.opt_hooks.defer is True and not guard.findings
     print(f"| healthy steps 2-19 under set_sync_debug_mode('error') | {'ok' if ok else 'FAILED'} |")
     return ok
 

@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import functools
 
 import overhead
-from nanguard.torch import _backward_hooks, _guard_base, _optimizer_hooks, _recorder, _update_replay
+from nanguard.torch import _backward_hooks, _optimizer_hooks, _recorder, _update_replay
+from nanguard.torch import guard as _guard
 
 PARTS = ("zero_grad", "forward", "loss", "backward", "step")
 
@@ -63,12 +64,12 @@ def _noop(*_a: object, **_k: object) -> None:
 
 #: (the part, its owner, the attribute): timed call by call in the third table
 TIMED: list[tuple[str, object, str]] = [
-    ("pre-step hook, all of it", _optimizer_hooks.OptimizerHooks, "_pre_step"),
+    ("pre-step hook, all of it", _optimizer_hooks.OptimizerHooks, "pre"),
     ("  the fused check (gradients + weights, one read)", _optimizer_hooks, "check"),
     ("  the update-replay copy", _update_replay.UpdateReplay, "keep"),
-    ("post-step hook, all of it", _optimizer_hooks.OptimizerHooks, "_post_step"),
-    ("  the history record", _guard_base.GuardBase, "_record"),
-    ("  the end of the step", _guard_base.GuardBase, "_end_step"),
+    ("post-step hook, all of it", _optimizer_hooks.OptimizerHooks, "post"),
+    ("  the step's reading (history record)", _guard.Guard, "_reading"),
+    ("  the end of the step", _guard.Guard, "end_step"),
     ("backward(): before the engine", _backward_hooks.BackwardHooks, "before"),
     ("backward(): after the engine", _backward_hooks.BackwardHooks, "after"),
     ("model call recorded: enter", _recorder.StepRecorder, "root_enter"),
@@ -109,7 +110,7 @@ ABLATION: list[tuple[str, type, str]] = [
     ("the copy kept to replay an update", _update_replay.UpdateReplay, "keep"),
     ("the tape of ops outside modules", _recorder.StepRecorder, "tape_on"),
     ("recording the model call", _recorder.StepRecorder, "root_enter"),
-    ("the per-step history record", _guard_base.GuardBase, "_record"),
+    ("the per-step reading for the history", _guard.Guard, "_reading"),
 ]
 
 

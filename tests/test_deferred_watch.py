@@ -106,9 +106,9 @@ def test_no_host_read_on_a_healthy_step(fused: bool) -> None:
 
     plain = reads_per_step()
     with nanguard.attach(model, opt) as guard:
-        assert guard._defer is None  # decided at the first check
+        assert guard.opt_hooks.defer is None  # decided at the first check
         guarded = reads_per_step()
-        assert guard._defer is True
+        assert guard.opt_hooks.defer is True
     assert guarded == plain
     if fused:
         assert guarded == [[]] * len(batches)
@@ -164,7 +164,7 @@ def test_a_failure_at_the_last_step_is_read_when_the_guard_detaches() -> None:
     with pytest.raises(NonFiniteError) as info:
         guard.detach()
     assert (info.value.finding.op, info.value.finding.step) == ("aten.log.default", 1)
-    assert not guard._installed
+    assert guard.installed is False
 
 
 def test_skip_policy_keeps_the_synchronous_check() -> None:
@@ -172,7 +172,7 @@ def test_skip_policy_keeps_the_synchronous_check() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     with nanguard.attach(model, opt, policy="skip") as guard:
         _step(model, opt, *_batch())
-    assert guard._defer is False
+    assert guard.opt_hooks.defer is False
 
 
 def test_a_closure_step_keeps_the_synchronous_check() -> None:
@@ -191,5 +191,5 @@ def test_a_closure_step_keeps_the_synchronous_check() -> None:
     with nanguard.attach(model, opt) as guard:
         for _ in range(3):
             opt.step(closure)
-        assert guard._inflight is None and guard._mask is None
+        assert guard.opt_hooks.deferred.idle
     assert guard.findings == [] and len(guard.history) == 3

@@ -110,7 +110,7 @@ def test_only_the_sampled_steps_are_looked_at() -> None:
     finally:
         HazardMode.__torch_dispatch__ = orig  # type: ignore[method-assign]
     assert n3 > 0 and len(calls) == 2 * n3  # steps 3..8 added nothing
-    assert g9._hz_mode is None and g9._hz_done
+    assert not g9.hazards.looking and g9.hazards.done
     from torch.utils._python_dispatch import _get_current_dispatch_mode
     assert _get_current_dispatch_mode() is None
 
@@ -150,7 +150,7 @@ def test_an_evaluation_loop_between_steps_pauses_the_sampled_look() -> None:
     assert modes[0] is None and isinstance(modes[1], HazardMode)  # the first eval forward is seen
     assert modes[2:6] == [None] * 4  # the rest of the loop is not
     assert isinstance(modes[6], HazardMode) and isinstance(modes[7], HazardMode)  # steps 1 and 2
-    assert modes[8] is None and guard._hz_done and not guard._hz_paused
+    assert modes[8] is None and guard.hazards.done and not guard.hazards.paused
     (w,) = guard.controller.early.warnings
     assert (w.kind, w.step) == ("latent-hazard", SAMPLED_STEPS[-1])
     assert _get_current_dispatch_mode() is None

@@ -43,12 +43,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .history import History, StepRecord
+from .ops import DTYPE_MAX
 
 __all__ = ["KINDS", "EarlyWarning", "EarlyWarnings", "NonFiniteData", "projection"]
 
 KINDS = ("weights-growing", "gradients-growing", "updates-too-large", "loss-diverging",
          "low-precision-headroom", "data-nonfinite", "latent-hazard")
-FLOAT32_MAX = 3.4e38
 #: the weight norm grew ×1.25 or more at each of the last k steps and this much over them
 WEIGHT_GROWTH, WEIGHT_TOTAL = 1.25, {1: 4.0, 2: 3.0, 3: 1.25 ** 3}
 HEADROOM = 4.0  # a float16 loss or gradient norm within this factor of 65504
@@ -154,7 +154,7 @@ def _overflow_step(step: int, value: float, rate: float, power: float = 1.0) -> 
     what overflows grows as ``value ** power`` (a loss quadratic in the weights)."""
     if rate <= 1.0 or value <= 0:
         return None
-    return step + max(1, math.ceil(math.log(FLOAT32_MAX / value) / (power * math.log(rate))))
+    return step + max(1, math.ceil(math.log(DTYPE_MAX["float32"] / value) / (power * math.log(rate))))
 
 
 class EarlyWarnings:

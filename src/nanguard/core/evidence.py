@@ -17,12 +17,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .finding import Finding, TensorStats, describe_values
-from .ops import canonical_op, forward_op_of_grad_fn
+from .ops import DTYPE_MAX, LOW_PRECISION, canonical_op, forward_op_of_grad_fn
 
 __all__ = ["Evidence", "MaskSource", "Sample"]
-
-#: the dtypes whose range is narrower than float32's, by their largest finite value
-LOW_PRECISION_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 
 
 def _float(x: Any) -> float | None:
@@ -282,7 +279,7 @@ class Evidence:
     @property
     def dtype_max(self) -> float | None:
         """The largest finite value of a float16/bfloat16 output (``None`` for wider dtypes)."""
-        return LOW_PRECISION_MAX.get(self.dtype or "")
+        return DTYPE_MAX[self.dtype] if self.dtype in LOW_PRECISION else None
 
     @property
     def exceeds_dtype_in_float32(self) -> bool:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .early import EarlyWarning
+from .ops import DTYPE_MAX
 
 __all__ = ["RISKY", "Hazard", "HazardBook", "assess", "early_warning", "hazard_lines"]
 
@@ -46,7 +47,8 @@ __all__ = ["RISKY", "Hazard", "HazardBook", "assess", "early_warning", "hazard_l
 NEAR_ZERO = 1e-6
 #: the smallest normal number of each dtype: below it a value is one underflow from exactly 0
 TINY = {"float16": 6.1e-05, "bfloat16": 1.18e-38, "float32": 1.18e-38, "float64": 2.2e-308}
-MAX = {"float16": 65504.0, "bfloat16": 3.39e38, "float32": 3.40e38, "float64": 1.8e308}
+#: the largest finite value of each dtype: the one table, :data:`nanguard.core.ops.DTYPE_MAX`
+MAX = DTYPE_MAX
 #: an exp with fewer e-folds than this left before overflow (e^10 ≈ 2e4)
 EXP_EDGE = 10.0
 #: a float16/bfloat16 result within this factor of the dtype's largest value

@@ -13,6 +13,11 @@ formula::
 
 The table is read when an op runs under a locator (every op under ``--trace``/``locate()``, a
 failing step's ops in a replay); registering is cheap and takes effect for the next op.
+
+The diagnosis' check of an op's singular point — did this ``log`` meet a zero? — joins the same
+place by decorator, beside its code (:func:`register_singularity`, used by
+:mod:`nanguard.core.rules.singular`); :func:`singularity_check` looks it up. The dtype limits
+(:data:`DTYPE_MAX`, :data:`LOG_MAX`) are written here once, for every module that needs them.
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "ADAPTIVE_OPTIMIZERS",
     "DTYPE_MAX",
+    "LOG_MAX",
     "LOW_PRECISION",
     "OpTraits",
     "canonical_op",
@@ -37,6 +43,9 @@ __all__ = [
     "on_traits_change",
     "op_traits",
     "register_op_traits",
+    "register_singularity",
+    "singularity_check",
+    "singularity_ops",
     "unregister_op_traits",
     "update_norm_estimate",
 ]
@@ -69,6 +78,10 @@ class OpTraits:
             holds are no value an op made, so a locator never checks them.
         relu: a ReLU — early TensorFlow's ``ReluGrad input is not finite`` fired at its gradient.
         reads: it copies a value into Python (``.item()``, ``float(t)``).
+        softmax: a softmax (``log_softmax`` too): a row that is -inf everywhere (every position
+            masked) is 0/0, so the -inf of a mask becomes NaN here.
+        squares: it can square a value (``mul(g, g)``, ``addcmul(v, g, g)``, ``pow``): an input
+            above the square root of the dtype's largest value overflows (Adam's second moment).
     """
 
     singular: str | None = None
@@ -82,6 +95,8 @@ class OpTraits:
     uninitialized: bool = False
     relu: bool = False
     reads: bool = False
+    softmax: bool = False
+    squares: bool = False
 
 
 _UNKNOWN = OpTraits()
@@ -122,6 +137,7 @@ def _table() -> dict[str, OpTraits]:
     add("softmax log_softmax", singular="a row that is -inf everywhere (0/0)")
     add("logsumexp", singular="a row that is -inf everywhere")
     add("binary_cross_entropy", singular="an input outside [0, 1]")
+    add("_weight_norm_interface _weight_norm", singular="a slice of v all zeros (v / ‖v‖ = 0/0)")
 
     # --- cannot make a non-finite value from finite inputs ------------------------------------
     add("view _unsafe_view reshape expand t transpose permute unsqueeze squeeze alias detach "
@@ -157,6 +173,8 @@ def _table() -> dict[str, OpTraits]:
     add("empty empty_like empty_strided new_empty new_empty_strided empty_permuted", uninitialized=True)
     add("relu threshold", relu=True)
     add("_local_scalar_dense", reads=True)
+    add("softmax log_softmax", softmax=True)
+    add("mul addcmul pow", squares=True)
     return t
 
 
@@ -230,23 +248,69 @@ DTYPE_MAX: Mapping[str, float] = MappingProxyType({
     "float32": 3.4028234663852886e38,
     "float64": 1.7976931348623157e308,
 })
+#: ``log`` of the largest finite value of each floating dtype: ``exp`` of more overflows
+LOG_MAX: Mapping[str, float] = MappingProxyType({k: math.log(v) for k, v in DTYPE_MAX.items()})
 #: dtypes whose range a float32 computation would not overflow (low-precision evidence)
 LOW_PRECISION = frozenset({"float16", "bfloat16"})
 
 
+def _dtype_name(dtype: str) -> str:
+    name = str(dtype).rsplit(".", 1)[-1]
+    return {"half": "float16", "float": "float32", "double": "float64"}.get(name, name)
+
+
 def dtype_max(dtype: str | None) -> float | None:
     """The largest finite value of ``dtype`` (``"float16"``, ``"torch.bfloat16"``, ``"half"``)."""
-    if not dtype:
-        return None
-    name = str(dtype).rsplit(".", 1)[-1]
-    name = {"half": "float16", "float": "float32", "double": "float64"}.get(name, name)
-    return DTYPE_MAX.get(name)
+    return DTYPE_MAX.get(_dtype_name(dtype)) if dtype else None
 
 
 def exp_overflow(dtype: str | None) -> float | None:
-    """``x`` above which ``exp(x)`` overflows ``dtype`` (88.7 in float32)."""
-    top = dtype_max(dtype)
-    return math.log(top) if top else None
+    """``x`` above which ``exp(x)`` overflows ``dtype`` (88.7 in float32): its :data:`LOG_MAX`."""
+    return LOG_MAX.get(_dtype_name(dtype)) if dtype else None
+
+
+# --- singularity checks -------------------------------------------------------------------------
+
+_Check = TypeVar("_Check", bound=Callable[..., Any])
+#: (canonical op name, judged as an autograd node?) -> the diagnosis' check of its singular point
+_SINGULARITIES: dict[tuple[str, bool], Callable[..., Any]] = {}
+
+
+def register_singularity(*names: str, backward: bool = False) -> Callable[[_Check], _Check]:
+    """Make the decorated function the diagnosis' check of the singular point of ``names``, as
+    ``torch.utils.flop_counter.register_flop_formula`` registers a FLOP formula::
+
+        @register_singularity("log", "log2", "log10")
+        def _log(case: Case) -> Singularity | None: ...
+
+    ``backward=False``: an op judged by its own inputs (a forward or optimizer op, an op in a
+    custom ``autograd.Function``'s backward); ``backward=True``: an autograd node, judged by the
+    forward op it differentiates (``sqrt`` for ``SqrtBackward0``). Names are any spelling
+    :func:`canonical_op` understands; registering a name again replaces its check. The built-in
+    checks are in :mod:`nanguard.core.rules.singular`, registered when it is imported (importing
+    :mod:`nanguard.core` does); the table's ``singular`` / ``backward_singular`` traits say in
+    words what they check.
+    """
+    keys = [canonical_op(n) for n in names]
+
+    def register(check: _Check) -> _Check:
+        for k in keys:
+            _SINGULARITIES[(k, backward)] = check
+        return check
+
+    return register
+
+
+def singularity_check(name: str | None, *, backward: bool = False) -> Callable[..., Any] | None:
+    """The check registered for op ``name`` (``None`` if none): with ``backward``, the one for
+    the autograd node of the forward op ``name``."""
+    return _SINGULARITIES.get((canonical_op(name), backward)) if name else None
+
+
+def singularity_ops(*, backward: bool = False) -> frozenset[str]:
+    """The canonical names of the ops with a registered check (with ``backward``: the forward ops
+    whose autograd nodes have one)."""
+    return frozenset(k for k, b in _SINGULARITIES if b == backward)
 
 
 # --- optimizers ---------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..core.ops import DTYPE_MAX
+
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
@@ -13,7 +15,7 @@ __all__ = ["FLOAT16_MAX", "BadCell", "BadRow", "ColumnStats", "ScanError", "Scan
 
 #: the largest finite float16; a value beyond it becomes ±Inf (or is rounded down to it, up to
 #: 65520) when the data is cast to float16 — counted as "beyond float16"
-FLOAT16_MAX = 65504.0
+FLOAT16_MAX = DTYPE_MAX["float16"]
 
 class ScanError(ValueError):
     """A file that cannot be read as the format it claims (empty, truncated, corrupt, binary data

@@ -42,14 +42,16 @@ except ImportError:  # the older package name
             "pip install 'nanguard[lightning]' (or: pip install lightning)"
         ) from exc
 
-from ..core.diagnosis import Diagnosis, RunContext, diagnose
+from ..core.diagnosis import Diagnosis, RunContext
 from ..core.errors import NonFiniteError
 from ..core.finding import Finding
 from ..core.handle import GuardHandle, GuardOptions
-from ..core.history import StepRecord
-from ..core.ops import update_norm_estimate
+from ..core.history import History
+from ..core.step import Reading, Stage, StepDriver
 from ..torch import _dist
+from ..torch._findings import module_of
 from ..torch._recorder import RngState
+from ..torch._stats import finding_for
 from ..torch.locator import LocateOptions, locate
 from ..torch.snapshot import Snapshotter, floating_buffers
 from ..torch.watch import NormCheck, check_grads, check_params
@@ -99,20 +101,30 @@ class NanGuardCallback(pl.Callback, GuardHandle):
         self.outputs = RunRecord(report_path=report_path, json_path=json_path)
         self.locate = locate
         self.controller = self.options.controller()
+        self.driver = StepDriver(self.controller)
         self.snapshots = Snapshotter(every=snapshot_every)
         # the batches of the current optimizer step (several under accumulate_grad_batches), each
         # with its index and the RNG state at its start: what a replay runs again
         self._micro: list[tuple[Any, int, RngState | None]] = []
         self._stepped = False
         self._losses: list[torch.Tensor] = []
-        self._rec: StepRecord | None = None
         self._saved_lrs: list[tuple[dict[str, Any], Any]] = []
-        self._skipped = False
         self._names: list[str] = []
+        # the optimizer step in progress: its port and reading (until its batch end records it)
+        self._port: _LightningPort | None = None
+        self._reading: Reading | None = None
 
     @property
     def steps(self) -> int:
         return len(self.history)
+
+    @property
+    def step(self) -> int:
+        return self.driver.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.driver.step = value
 
     # --- Lightning hooks, in the order they run ---------------------------------------------------
     def on_train_batch_start(
@@ -131,35 +143,29 @@ class NanGuardCallback(pl.Callback, GuardHandle):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         params = _params(optimizer)
-        step = trainer.global_step
+        d = self.driver
+        if d.stage is not Stage.ENDED:
+            d.abandon()  # the last step's batch end never came (an exception Lightning handled)
+        d.step = trainer.global_step
+        d.begin()
         self._stepped = True
-        self._skipped = False  # a new step: nothing decided about it yet
-        if self.policy != "raise" and self.snapshots.last is None:
-            # skip needs one too: an update that itself makes the weights non-finite is undone
-            self._snapshot(step, pl_module, optimizer, trainer)
         chk = check_grads(params, self._losses)
-        losses = self._losses
-        self._losses = []
+        losses, self._losses = self._losses, []
+        port = _LightningPort(self, params, optimizer, trainer, pl_module, chk)
+        self._port, self._reading = port, self._read(chk, optimizer)
         scaler = getattr(trainer.precision_plugin, "scaler", None)
-        if not chk.finite and scaler is not None and losses and \
-                all(bool(torch.isfinite(x).all()) for x in losses):
-            # 16-mixed: the loss scale overflowed; the scaler skips this step and lowers it
-            self._record(step, chk, optimizer, event="scaler-skip")
-            return
-        ok, bad_ranks = _dist.agree(chk.finite, params)
-        self._record(step, chk, optimizer)
-        if ok:
-            if self.policy == "raise":
-                self.controller.healthy()  # else once the update was checked too
-            self._apply_backoff(params, optimizer)
-            return
-        finding = self._locate(trainer, pl_module, chk, params, step) if not chk.finite or not bad_ranks \
-            else None
-        diag = diagnose(finding, self.history, self._context(trainer, optimizer)) if finding else None
-        if _dist.active():
-            finding, diag = _dist.share(finding, diag, bad_ranks)
-        assert finding is not None and diag is not None
-        self._act(finding, diag, params, optimizer, trainer, pl_module)
+        try:
+            if not chk.finite and scaler is not None and losses and \
+                    all(bool(torch.isfinite(x).all()) for x in losses):
+                # 16-mixed: the loss scale overflowed; the scaler skips this step and lowers it
+                if d.scaler_skipped(port, nan_loss=False, scale=_scale(scaler)):
+                    self._end(finite=None)
+                return
+            d.check(chk.finite, port, checks_after=self.policy != "raise")
+        except BaseException:
+            port.skip_update()  # a raise must not apply it either
+            self._end(finite=False)
+            raise
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -167,32 +173,38 @@ class NanGuardCallback(pl.Callback, GuardHandle):
         for group, lr in self._saved_lrs:
             group["lr"] = lr  # a back-off is a factor applied at each step, never stored
         self._saved_lrs = []
-        rec, self._rec = self._rec, None
-        if rec is None or self._skipped:
-            self._skipped = False
+        d, port = self.driver, self._port
+        if d.stage is not Stage.CHECKED or port is None:
+            return  # a micro-batch of gradient accumulation: no optimizer step yet
+        if d.skipped:
+            self._end(finite=False)
             return
         opts = trainer.optimizers
         params = [p for o in opts for p in _params(o)]
         pchk = check_params(params)
-        rec.param_norm = pchk.norm
-        if pchk.finite:
-            self.controller.healthy()  # gradients and the update both checked
-            if self.policy != "raise" and self.snapshots.due(trainer.global_step):
-                self._snapshot(trainer.global_step, pl_module, opts[0], trainer)
-            return
-        # the update itself made the weights non-finite (Adam eps=0, ...)
-        rec.finite = False
-        names = self._param_names(pl_module, params)
-        bad = [names[i] for i in pchk.bad if i < len(names)]
-        finding = Finding(
-            phase="optimizer", op=f"{type(opts[0]).__name__}.step",
-            module=bad[0].rsplit(".", 1)[0] if bad and "." in bad[0] else "",
-            step=rec.step, reached="parameters", detected_by="watch",
-            rank=_dist.rank() if _dist.active() else None,
-            details={"parameters": bad, "grads_finite": True},
-        )
-        diag = diagnose(finding, self.history, self._context(trainer, opts[0]))
-        self._act(finding, diag, params, opts[0], trainer, pl_module, after_update=True)
+        if self._reading is not None:
+            self._reading.param_norm = pchk.norm
+
+        def finding() -> Finding:  # the update itself made the weights non-finite (Adam eps=0, ...)
+            names = self._param_names(pl_module, params)
+            bad = [names[i] for i in pchk.bad if i < len(names)]
+            return finding_for(
+                None, "optimizer", f"{type(opts[0]).__name__}.step",
+                module=module_of(bad[0]) if bad else "", step=d.step, reached="parameters",
+                detected_by="watch", rank=_dist.rank() if _dist.active() else None,
+                details={"parameters": bad, "grads_finite": True},
+            )
+
+        port.params = params
+        try:
+            d.check_after(pchk.finite, port, finding)
+        finally:
+            self._end(finite=None if pchk.finite else False)
+
+    def _end(self, finite: bool | None) -> None:
+        """The step's record: into the history, with what the driver decided."""
+        self.driver.end(self._reading, finite=finite)
+        self._port = self._reading = None
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
@@ -206,29 +218,20 @@ class NanGuardCallback(pl.Callback, GuardHandle):
                                error=None if status == "nonfinite" else repr(exception))
 
     # --- the parts -----------------------------------------------------------------------------------
-    def _record(self, step: int, chk: NormCheck, opt: torch.optim.Optimizer, event: str | None = None) -> None:
+    def _read(self, chk: NormCheck, opt: torch.optim.Optimizer) -> Reading:
         lr = opt.param_groups[0].get("lr") if opt.param_groups else None
         lr = float(lr) * self.recovery_state.lr_scale if isinstance(lr, (int, float)) else None
-        n = sum(p.numel() for p in _params(opt))
-        rec = StepRecord(
-            step=step,
+        params = _params(opt)
+        names = self._names if len(self._names) == len(params) else [f"param{i}" for i in range(len(params))]
+        return Reading(
+            finite=chk.finite,
             # the sum of the step's backward losses, as the torch guard records it (Lightning
             # divides each micro-batch's loss by accumulate_grad_batches before backward)
             loss=math.fsum(chk.losses) if chk.losses else None,
-            grad_norm=chk.norm,
-            lr=lr,
-            update_norm=update_norm_estimate(type(opt).__name__, lr, chk.norm, n),
-            finite=chk.finite,
-            skipped=event is not None,
-            event=event,
+            grad_norm=chk.norm, lr=lr, opt_type=type(opt).__name__, num_params=sum(p.numel() for p in params),
+            layer_values=list(chk.per_tensor) if chk.per_tensor else None,
+            layer_names=[names[i] for i in chk.index] if chk.per_tensor else None,
         )
-        if chk.per_tensor:
-            rec.layer_values = list(chk.per_tensor)
-            params = _params(opt)
-            names = self._names if len(self._names) == len(params) else [f"param{i}" for i in range(len(params))]
-            rec.layer_names = [names[i] for i in chk.index]
-        self.history.append(rec)
-        self._rec = rec
 
     def _param_names(self, pl_module: pl.LightningModule, params: Sequence[torch.Tensor]) -> list[str]:
         by_id = {id(p): n for n, p in pl_module.named_parameters()}
@@ -270,9 +273,9 @@ class NanGuardCallback(pl.Callback, GuardHandle):
         if finding is None:
             names = self._param_names(pl_module, params)
             bad = [names[i] for i in chk.bad if i < len(names)]
-            finding = Finding(
-                phase="backward" if bad else "forward", op=None,
-                module=bad[0].rsplit(".", 1)[0] if bad and "." in bad[0] else None,
+            finding = finding_for(
+                None, "backward" if bad else "forward", None,
+                module=module_of(bad[0]) if bad else None,
                 step=step, reached="gradients" if bad else "loss", detected_by="watch",
                 details={"gradients": bad} if bad else {"losses": [str(x) for x in chk.losses]},
             )
@@ -322,27 +325,6 @@ class NanGuardCallback(pl.Callback, GuardHandle):
             rng_now.restore()
         return None
 
-    def _act(
-        self, finding: Finding, diag: Diagnosis, params: Sequence[torch.Tensor],
-        opt: torch.optim.Optimizer, trainer: pl.Trainer, pl_module: pl.LightningModule,
-        after_update: bool = False,
-    ) -> None:
-        """The step controller decides (as for every guard); :class:`_LightningBackend` acts."""
-        eps = opt.param_groups[0].get("eps") if opt.param_groups else None
-        if self._rec is not None:
-            self._rec.event = "nonfinite"
-        self._skipped = True
-        backend = _LightningBackend(self, params, opt, trainer, pl_module)
-        if not after_update:
-            backend.skip_update()  # before any decision: a raise must not apply it either
-        action = self.controller.act(
-            finding, diag, backend, step=finding.step or 0,
-            eps=float(eps) if isinstance(eps, (int, float)) else None, after_update=after_update,
-        )
-        if self._rec is not None:
-            self._rec.skipped = True
-            self._rec.event = action.kind
-
     def _apply_backoff(self, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer) -> None:
         clip = self.recovery_state.clip_norm
         if clip is not None:  # before Lightning's own clipping, which still applies after
@@ -359,14 +341,55 @@ class NanGuardCallback(pl.Callback, GuardHandle):
                             _schedulers(trainer, opt), [])
 
 
-class _LightningBackend:
-    """What the step controller does through Lightning: the update is skipped by clearing the
-    gradients (the optimizer then skips those weights); a rollback restores the snapshot."""
+class _LightningPort:
+    """The step driver's port for one Lightning optimizer step: the update is skipped by
+    clearing the gradients (the optimizer then skips those weights); a rollback restores the
+    snapshot; ranks agree with one all-reduce."""
+
+    adaptive = False
+    script_clip: float | None = None
 
     def __init__(self, cb: NanGuardCallback, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer,
-                 trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.cb, self.params, self.opt, self.trainer, self.pl_module = cb, params, opt, trainer, pl_module
+                 trainer: pl.Trainer, pl_module: pl.LightningModule, chk: NormCheck) -> None:
+        self.cb, self.params, self.opt, self.trainer, self.pl_module = cb, list(params), opt, trainer, pl_module
+        self.chk = chk
+        eps = opt.param_groups[0].get("eps") if opt.param_groups else None
+        self.eps = float(eps) if isinstance(eps, (int, float)) else None
 
+    # --- what the driver asks ------------------------------------------------------------------
+    def agree(self, ok: bool) -> tuple[bool, list[int]]:
+        return _dist.agree(ok, self.params)
+
+    def locate(self) -> Finding:
+        return self.cb._locate(self.trainer, self.pl_module, self.chk, self.params, self.cb.driver.step)
+
+    def history(self) -> History:
+        return self.cb.history
+
+    def context(self) -> RunContext:
+        return self.cb._context(self.trainer, self.opt)
+
+    def share(self, finding: Finding | None, diag: Diagnosis | None,
+              bad_ranks: list[int]) -> tuple[Finding, Diagnosis]:
+        if _dist.active():
+            return _dist.share(finding, diag, bad_ranks)
+        assert finding is not None and diag is not None
+        return finding, diag
+
+    def snapshot(self, before_update: bool) -> None:
+        cb, step = self.cb, self.cb.driver.step
+        if cb.policy == "raise":
+            return
+        if before_update and cb.snapshots.last is None:
+            # skip needs one too: an update that itself makes the weights non-finite is undone
+            cb._snapshot(step, self.pl_module, self.opt, self.trainer)
+        elif not before_update and cb.snapshots.due(self.trainer.global_step):
+            cb._snapshot(self.trainer.global_step, self.pl_module, self.trainer.optimizers[0], self.trainer)
+
+    def apply_settings(self, lr_scale: float, clip_norm: float | None) -> None:
+        self.cb._apply_backoff(self.params, self.opt)
+
+    # --- the controller's Backend ---------------------------------------------------------------
     def skip_update(self) -> None:
         for p in self.params:
             p.grad = None
@@ -392,6 +415,14 @@ class _LightningBackend:
 
     def restore_state(self) -> dict[str, Any]:
         return {}
+
+
+def _scale(scaler: Any) -> float | None:
+    try:
+        return float(scaler.get_scale())
+    except Exception:  # a scaler nanguard cannot read: its scale is unknown
+        log.debug("nanguard: cannot read the loss scale", exc_info=True)
+        return None
 
 
 #: at most this many micro-batches of one optimizer step are kept for a replay

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..core.case import RunContext
+from ..core.diagnosis import Diagnosis
+from ..core.finding import Finding
+from ..core.history import History
 from ._compat import unwrap_optimizer
+from ._context import eps_of, run_context
+from ._findings import Prepare, locate_step
 from .replay import state_variables
 from .snapshot import Snapshotter
-from .watch import GuardState
+from .watch import GuardState, StepStats
 
 if TYPE_CHECKING:
     from .guard import KerasGuard
@@ -25,33 +31,67 @@ __all__ = ["KerasBackend", "all_variables", "initial_snapshot", "maybe_snapshot"
 
 
 class KerasBackend:
-    """Carries out one decision about the step that just ran."""
+    """The step port of the Keras step that just ran (see :class:`~nanguard.core.step.StepPort`):
+    what the step driver asks of Keras, and how a decision is carried out."""
 
-    def __init__(self, guard: KerasGuard, state: GuardState) -> None:
+    adaptive = False  # the Keras guard clips inside the traced step: no clip is ruled out
+    script_clip: float | None = None
+
+    def __init__(self, guard: KerasGuard, state: GuardState, stats: StepStats,
+                 prepare: Prepare | None = None) -> None:
         self.guard = guard
         self.state = state
+        self.stats = stats
+        self.prepare = prepare
+        self.eps = eps_of(state)
+        self.snapshot_after = False  # a snapshot is due once the step's record is in
 
+    # --- what the driver asks ------------------------------------------------------------------
+    def agree(self, ok: bool) -> tuple[bool, list[int]]:
+        return ok, ([] if ok else [0])  # one process: Keras runs are not distributed here
+
+    def locate(self) -> Finding:
+        return locate_step(self.guard, self.state, self.stats, self.prepare)
+
+    def history(self) -> History:
+        return self.guard.history
+
+    def context(self) -> RunContext:
+        return run_context(self.guard, self.state)
+
+    def share(self, finding: Finding | None, diag: Diagnosis | None,
+              bad_ranks: list[int]) -> tuple[Finding, Diagnosis]:
+        assert finding is not None and diag is not None
+        return finding, diag
+
+    def snapshot(self, before_update: bool) -> None:
+        if not before_update:
+            self.snapshot_after = True  # taken after the record (the controller reads it)
+
+    def apply_settings(self, lr_scale: float, clip_norm: float | None) -> None:
+        return None  # the traced step reads the guard variables (lr_scale, clip) itself
+
+    # --- the controller's Backend ---------------------------------------------------------------
     def skip_update(self) -> None:
-        self.guard.step_was_skipped = True  # the traced step did not apply it
+        return None  # the traced step did not apply it
 
     def rollback(self, older: bool = False) -> int | None:
         snap = self.guard.snapshots.last  # Keras keeps one snapshot: ``older`` restores it too
         if snap is None:
             return None
         Snapshotter.restore(snap)
-        for st in self.guard._states.values():
+        for st in self.guard.states():
             st.refresh_backups()
-        self.guard.step_was_skipped = True
         return int(snap.step)
 
     def trial(self, fixes: list[Any]) -> None:
         return None  # the step is a traced function: a fix is judged by the outcome
 
     def settings_changed(self) -> None:
-        self.guard._apply_recovery_settings()
+        self.guard.settings_changed()
 
     def set_eps(self, eps: float) -> None:
-        for st in self.guard._states.values():
+        for st in self.guard.states():
             if st.eps is not None and float(st.eps.numpy()) < 1e-12:
                 st.eps.assign(float(eps))
 
@@ -61,7 +101,7 @@ class KerasBackend:
 
 
 def all_variables(guard: KerasGuard) -> list[Any]:
-    vs = state_variables(guard.model, guard._optimizers)
+    vs = state_variables(guard.model, guard.optimizers)
     if guard.model is not None:
         metrics = {id(v) for v in getattr(guard.model, "metrics_variables", [])}
         vs = [v for v in vs if id(v) not in metrics]
@@ -69,8 +109,8 @@ def all_variables(guard: KerasGuard) -> list[Any]:
 
 
 def optimizers_built(guard: KerasGuard) -> bool:
-    return bool(guard._optimizers) and all(
-        getattr(unwrap_optimizer(o), "built", False) for o in guard._optimizers
+    return bool(guard.optimizers) and all(
+        getattr(unwrap_optimizer(o), "built", False) for o in guard.optimizers
     )
 
 
@@ -112,7 +152,7 @@ def build_optimizers(guard: KerasGuard) -> None:
         return
     from keras.src import backend as kbackend
 
-    for opt in guard._optimizers:
+    for opt in guard.optimizers:
         if not getattr(opt, "built", False):
             with kbackend.name_scope(opt.name, caller=opt):
                 opt.build(guard.model.trainable_variables)

@@ -8,14 +8,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core.diagnosis import RunContext
-from ..core.history import StepRecord
-from ..core.ops import update_norm_estimate
+from ..core.step import Reading
 from .watch import GuardState, StepStats
 
 if TYPE_CHECKING:
     from .guard import KerasGuard
 
-__all__ = ["eps_of", "record_step", "run_context"]
+__all__ = ["eps_of", "record_reading", "run_context"]
 
 _HYPER = ("momentum", "beta_1", "beta_2", "weight_decay", "rho", "nesterov")
 
@@ -30,7 +29,7 @@ def eps_of(state: GuardState) -> float | None:
 def run_context(guard: KerasGuard, state: GuardState | None = None) -> RunContext:
     """What the diagnosis knows about the optimizer (Keras spelling of the fixes)."""
     if state is None:
-        state = next(iter(guard._states.values()), None)
+        state = next(iter(guard.states()), None)
     if state is None:
         return RunContext(framework="keras")
     opt = state.optimizer
@@ -65,29 +64,12 @@ def run_context(guard: KerasGuard, state: GuardState | None = None) -> RunContex
     )
 
 
-def record_step(
-    guard: KerasGuard,
-    state: GuardState,
-    s: StepStats,
-    finite: bool,
-    event: str | None = None,
-    skipped: bool = False,
-) -> None:
-    opt_name = type(state.optimizer).__name__
-    gnorm = s.grad_norm if s.grad_norm is not None else None
-    n = state.n_params or None
-    rec = StepRecord(
-        step=guard.step,
-        loss=s.loss,
-        grad_norm=gnorm,
-        param_norm=s.param_norm if finite else None,
-        lr=s.lr,
-        update_norm=update_norm_estimate(opt_name, s.lr, gnorm, n) if finite else None,
-        finite=finite,
-        skipped=skipped,
-        event=event,
+def record_reading(state: GuardState, s: StepStats, finite: bool) -> Reading:
+    """The step's reading for its history record (the traced check's numbers, read once)."""
+    return Reading(
+        finite=finite, loss=s.loss, grad_norm=s.grad_norm, param_norm=s.param_norm if finite else None,
+        lr=s.lr, opt_type=type(state.optimizer).__name__, num_params=state.n_params or None,
+        estimate_update=finite,
+        layer_values=s.grad_norms if s.grad_norms and state.var_names else None,
+        layer_names=state.var_names if s.grad_norms and state.var_names else None,  # one shared list
     )
-    if s.grad_norms and state.var_names:
-        rec.layer_values = s.grad_norms
-        rec.layer_names = state.var_names  # one list shared by every step
-    guard.history.append(rec)

@@ -16,6 +16,7 @@ random number is drawn. What counts as "a few" non-finite values is
 
 from __future__ import annotations
 
+import logging
 import math
 import weakref
 from collections.abc import Mapping
@@ -26,13 +27,14 @@ import numpy as np
 from ..core.controller import StepController
 from ..core.datalook import MAX_ELEMENTS, Reader, array_counts, is_array_data, warning
 from ..core.early import NonFiniteData
+from ..core.ops import DTYPE_MAX
 from ..core.source import user_frames
 from ._compat import tf
 from .watch import GuardState
 
 __all__ = ["KERAS", "DataLook", "fit_arrays"]
 
-FLOAT16_MAX = 65504.0
+log = logging.getLogger("nanguard")
 
 
 def _is_data(x: Any) -> bool:
@@ -103,40 +105,40 @@ def _projected(arguments: Mapping[str, Any], found: NonFiniteData, step: int) ->
 
 
 class DataLook:
-    """The Keras guard's look at the data ahead (a mixin of :class:`~nanguard.keras.guard.KerasGuard`)."""
+    """The Keras guard's look at the data ahead (an observer: told when ``fit`` starts and when a
+    healthy step ends)."""
 
-    controller: StepController
-    step: int
-    _frames_looked = False
-    _fit_looked: dict[int, weakref.ref[Any]] | None = None
+    def __init__(self, controller: StepController) -> None:
+        self.controller = controller
+        self._frames_looked = False
+        self._fit_looked: dict[int, weakref.ref[Any]] = {}
 
     def _said(self) -> bool:
         return "data-nonfinite" in {w.kind for w in self.controller.early.warnings}
 
-    def fit_started(self, arguments: Mapping[str, Any]) -> None:
+    def fit_started(self, arguments: Mapping[str, Any], step: int) -> None:
         """``model.fit`` was called (before its first step): look at the arrays it was given,
         until one holds a few NaN/Inf (each array once)."""
         if self._said():
             return
-        if self._fit_looked is None:
-            self._fit_looked = {}
         try:
             found = sorted(fit_arrays(arguments, self._fit_looked), key=lambda p: p.first_row)
             if found:
-                self.controller.early.add(warning(found, self.step, "an argument of fit",
-                                                  _projected(arguments, found[0], self.step)))
+                self.controller.early.add(warning(found, step, "an argument of fit",
+                                                  _projected(arguments, found[0], step)))
         except Exception:  # a value nanguard cannot read: the look is best-effort
+            log.debug("nanguard: the look at fit's arguments failed", exc_info=True)
             return
 
-    def after_healthy_step(self, state: GuardState) -> None:
-        """After a healthy step's record (the step counter already moved on)."""
+    def after_healthy_step(self, state: GuardState, step: int) -> None:
+        """After a healthy step's record (``step``: the next one's index)."""
         if not state.dtype_noted:
             state.dtype_noted = True
             try:
                 if any(getattr(v, "dtype", None) in ("float16", tf.float16) for v in state.var_refs):
-                    self.controller.early.low_max = FLOAT16_MAX
+                    self.controller.early.low_max = DTYPE_MAX["float16"]
             except Exception:  # a variable nanguard cannot read: the rule stays off
-                pass
+                log.debug("nanguard: cannot read a variable's dtype", exc_info=True)
         if self._frames_looked:
             return
         self._frames_looked = True
@@ -145,6 +147,7 @@ class DataLook:
         try:
             found = KERAS.frames(user_frames(2))
             if found:
-                self.controller.early.add(warning(found, max(self.step - 1, 0), "the script's variables", None))
+                self.controller.early.add(warning(found, max(step - 1, 0), "the script's variables", None))
         except Exception:  # a value nanguard cannot read: the look is best-effort
+            log.debug("nanguard: the look at the script's variables failed", exc_info=True)
             return

@@ -47,7 +47,7 @@ def locate_step(
     if guard.replay_enabled and prepare is not None:
         replay_fn, batch = prepare()
         finding, extra = replay(
-            replay_fn, model=guard.model, optimizers=guard._optimizers, batch=batch, step=guard.step
+            replay_fn, model=guard.model, optimizers=guard.optimizers, batch=batch, step=guard.step
         )
     if finding is None:
         finding = watch_finding(guard, state, s)
@@ -83,23 +83,12 @@ def watch_finding(guard: KerasGuard, state: GuardState, s: StepStats) -> Finding
     if s.loss_finite and bad:
         pnames = [names[i] for i in bad if i < len(names)]
         first = pnames[0] if pnames else ""
-        return Finding(
-            phase="backward",
-            op=None,
-            module=first.rsplit("/", 1)[0] if "/" in first else None,
-            step=guard.step,
-            reached="gradients",
-            detected_by="watch",
-            framework="keras",
-            details={"gradients": pnames},
+        return finding_for(
+            None, "backward", None, module=first.rsplit("/", 1)[0] if "/" in first else None,
+            step=guard.step, reached="gradients", detected_by="watch", details={"gradients": pnames},
         )
-    return Finding(
-        phase="forward",
-        op=None,
-        step=guard.step,
-        reached="loss",
-        detected_by="watch",
-        framework="keras",
+    return finding_for(
+        None, "forward", None, step=guard.step, reached="loss", detected_by="watch",
         details={"losses": [s.loss if s.loss is not None and math.isfinite(s.loss) else str(s.loss)]},
     )
 

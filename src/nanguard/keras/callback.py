@@ -121,7 +121,7 @@ class NanGuard(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         # keras has just reset the metrics: a skipped step restores them from this state
-        for st in self.guard._states.values():
+        for st in self.guard.states():
             st.refresh_backups(metrics=True)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:

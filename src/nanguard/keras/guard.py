@@ -29,12 +29,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ..core import config
-from ..core.diagnosis import Diagnosis, RunContext, diagnose
-from ..core.errors import GiveUpError, NonFiniteError
-from ..core.finding import Finding
+from ..core.diagnosis import RunContext
 from ..core.handle import GuardHandle, GuardOptions
-from ..core.history import StepRecord
 from ..core.policy import check_policy
+from ..core.step import StepDriver
 from . import _patches
 from ._backend import (
     KerasBackend,
@@ -44,9 +42,9 @@ from ._backend import (
     snapshot_before_first_update,
 )
 from ._compat import keras, unwrap_optimizer, var_path
-from ._context import eps_of, record_step, run_context
+from ._context import record_reading, run_context
 from ._datalook import DataLook
-from ._findings import Prepare, finite, locate_step, optimizer_finding
+from ._findings import Prepare, finite, optimizer_finding
 from .replay import replay_of
 from .snapshot import Snapshotter
 from .watch import GuardState, StepStats
@@ -56,7 +54,7 @@ __all__ = ["KerasGuard", "attach"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class KerasGuard(DataLook, GuardHandle):
+class KerasGuard(GuardHandle):
     """The handle :func:`attach` returns (and what :class:`~nanguard.keras.NanGuard` drives).
 
     Attributes:
@@ -102,20 +100,51 @@ class KerasGuard(DataLook, GuardHandle):
         self.controller = self.options.controller()
         self.snapshots = Snapshotter(every=snapshot_every)
         self.replay_enabled = replay
-        self.step = 0
-        self.step_was_skipped = False
+        self.driver = StepDriver(self.controller)
+        self.data = DataLook(self.controller)
         self.notes: list[str] = []
         self._optimizers: list[Any] = [optimizer] if optimizer is not None else []
         self._states: dict[int, GuardState] = {}
         self._fn_steps: weakref.WeakSet[Any] = weakref.WeakSet()
         self._installed = False
-        self._event: str | None = None
-        self.on_step_end: list[Callable[[], None]] = []  # run after each step (live status, ...)
         #: NANGUARD_VERIFY=1: after every step, check that no weight and no optimizer variable is
         #: non-finite (the guarantee of skip/recover); breaches are kept here
         self.verify = config.verify()
         self.violations: list[dict[str, Any]] = []
         self._updated = False  # an update has been applied in this run
+
+    # --- the public surface, over the step driver ----------------------------------------------------
+    @property
+    def step(self) -> int:
+        return self.driver.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.driver.step = value
+
+    @property
+    def step_was_skipped(self) -> bool:
+        """Whether the last step's update was kept from the weights."""
+        return self.driver.skipped
+
+    @property
+    def on_step_end(self) -> list[Callable[[], None]]:
+        """Called after each step (the live status line, the Keras session's step count)."""
+        return self.driver.on_end
+
+    @property
+    def optimizers(self) -> list[Any]:
+        """The optimizers this guard watches (as given: a ``LossScaleOptimizer`` unwrapped only
+        for its states)."""
+        return list(self._optimizers)
+
+    def fit_started(self, arguments: Any) -> None:
+        """``model.fit`` was called: the data look at its arrays (the Keras session)."""
+        self.data.fit_started(arguments, self.driver.step)
+
+    def states(self) -> list[GuardState]:
+        """The traced check's variables, one per watched optimizer."""
+        return list(self._states.values())
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def install(self) -> KerasGuard:
@@ -240,13 +269,15 @@ class KerasGuard(DataLook, GuardHandle):
 
         ``prepare()``, called only when a replay is needed, returns the step function to run
         again and the named tensors of its batch."""
+        step = self.driver.step
         try:
             return self._after_step(prepare, states)
         finally:
             if self.verify and self.policy != "raise":
                 self._verify()
-            for fn in self.on_step_end:
-                fn()
+            if self.driver.step == step:  # no step ended (no update ran): tell the observers all the same
+                for fn in self.on_step_end:
+                    fn()
 
     def _verify(self) -> None:
         """``NANGUARD_VERIFY=1``: the guarantee of ``skip``/``recover`` after a step."""
@@ -269,21 +300,28 @@ class KerasGuard(DataLook, GuardHandle):
         if not ran:
             return self._no_update(prepare)
         self.controller.scaler_stepped()
-        self.step_was_skipped = False
         bad = next(((st, s) for st, s in ran if not s.finite), None)
-        if bad is not None:
-            self._before_update_failure(bad[0], bad[1], prepare)
+        state, stats = bad if bad is not None else ran[0]
+        after = next(((st, s) for st, s in ran if not s.params_finite), None)
+        if bad is None and after is not None:
+            state, stats = after
+        port = KerasBackend(self, state, stats, prepare)
+        d = self.driver
+        ok = False
+        try:
+            # the traced step read loss, gradients and (after its update) the weights at once
+            ok = d.check(stats.finite, port, checks_after=True) and d.check_after(
+                stats.params_finite, port, lambda: optimizer_finding(self, state, stats))
+        finally:
+            if not ok:
+                self.settings_changed()
+            d.end(record_reading(state, stats, ok), finite=ok)
+        if not ok:
             return "skipped"
-        bad = next(((st, s) for st, s in ran if not s.params_finite), None)
-        if bad is not None:
-            self._after_update_failure(bad[0], bad[1])
-            return "skipped"
-        self.controller.healthy()
         self._updated = True
-        self._record(ran[0][0], ran[0][1], finite=True)
-        self._end_step()
-        self.after_healthy_step(ran[0][0])
-        maybe_snapshot(self)
+        self.data.after_healthy_step(ran[0][0], self.driver.step)
+        if port.snapshot_after:
+            maybe_snapshot(self)
         return "healthy"
 
     # hooks called by _patches ------------------------------------------------------------------
@@ -305,23 +343,18 @@ class KerasGuard(DataLook, GuardHandle):
     def _no_update(self, prepare: Prepare | None) -> str:
         """The step ran but no guarded update did: a LossScaleOptimizer skipped it."""
         opts = [o for o in self._optimizers if unwrap_optimizer(o) is not o]
-        if not opts or prepare is None:
-            return "none"
-        bad_loss = self._loss_metric_nonfinite()
-        reason = self.controller.scaler_skipped(nan_loss=bad_loss, scale=_used_scale(opts[0]))
-        if reason is None:
-            # the scaled gradients overflowed and the optimizer lowers its scale: its business
-            self.step_was_skipped = True
-            self._event = "scaler-skip"
-            self.history.append(StepRecord(step=self.step, skipped=True, finite=False, event="scaler-skip"))
-            self._end_step()
-            return "skipped"
-        st = self._states.get(id(unwrap_optimizer(opts[0])))
-        if st is None:
+        st = self._states.get(id(unwrap_optimizer(opts[0]))) if opts else None
+        if st is None or prepare is None:
             return "none"
         fake = StepStats(1, False, False, False, None, float("nan"), None, True, None)
-        note = reason.replace("the loss scaler", "LossScaleOptimizer")
-        self._before_update_failure(st, fake, prepare, note=note)
+        port = KerasBackend(self, st, fake, prepare)
+        own = False
+        try:
+            own = self.driver.scaler_skipped(port, nan_loss=self._loss_metric_nonfinite(),
+                                             scale=_used_scale(opts[0]), name="LossScaleOptimizer")
+        finally:
+            # the scaled gradients overflowed and the optimizer lowers its scale: its business
+            self.driver.end(None if own else record_reading(st, fake, False), finite=False)
         return "skipped"
 
     def _loss_metric_nonfinite(self) -> bool:
@@ -330,56 +363,6 @@ class KerasGuard(DataLook, GuardHandle):
         model = self.model
         tracker = getattr(model, "_loss_tracker", None) if model is not None else None
         return any(not finite(v) for v in getattr(tracker, "variables", []) or [])
-
-    # --- failures --------------------------------------------------------------------------------------
-    def _before_update_failure(
-        self,
-        state: GuardState,
-        s: StepStats,
-        prepare: Prepare | None,
-        note: str | None = None,
-    ) -> None:
-        finding = locate_step(self, state, s, prepare)
-        if note:
-            finding.details["note"] = note
-        if not self.history.healthy():
-            finding.details.setdefault("first_step", True)
-        diag = diagnose(finding, self.history, self.context(state))
-        self._act(finding, diag, state, s, after_update=False)
-
-    def _after_update_failure(self, state: GuardState, s: StepStats) -> None:
-        finding = optimizer_finding(self, state, s)
-        diag = diagnose(finding, self.history, self.context(state))
-        self._act(finding, diag, state, s, after_update=True)
-
-    def _act(
-        self,
-        finding: Finding,
-        diag: Diagnosis,
-        state: GuardState,
-        s: StepStats,
-        after_update: bool,
-    ) -> None:
-        """The step controller decides; :class:`~nanguard.keras._backend.KerasBackend` acts.
-        Before the update (``after_update=False``) the traced step has already skipped it;
-        after it, the weights are rolled back to the snapshot."""
-        try:
-            action = self.controller.act(
-                finding, diag, KerasBackend(self, state), step=self.step, eps=eps_of(state),
-                after_update=after_update,
-            )
-        except NonFiniteError as err:
-            self._record(state, s, finite=False, event="give_up" if isinstance(err, GiveUpError) else "nonfinite")
-            self._end_step()  # a script that catches the error starts its next step clean
-            raise
-        self._apply_recovery_settings()
-        self.step_was_skipped = True
-        self._record(state, s, finite=False, event=action.kind, skipped=True)
-        self._end_step()
-
-    def _end_step(self) -> None:
-        self.step += 1
-        self.controller.step_ended()
 
     def settings_changed(self) -> None:
         """The back-off or the clipping threshold changed (a recovery, a resume): into the
@@ -396,10 +379,6 @@ class KerasGuard(DataLook, GuardHandle):
     def context(self, state: GuardState | None = None) -> RunContext:
         """What the diagnosis knows about the optimizer (Keras spelling of the fixes)."""
         return run_context(self, state)
-
-    def _record(self, state: GuardState, s: StepStats, finite: bool, event: str | None = None,
-                skipped: bool = False) -> None:
-        record_step(self, state, s, finite, event, skipped)
 
     def build_optimizers(self) -> None:
         """Build unbuilt optimizers on the model's trainable variables, as their first ``apply``

@@ -1,96 +1,119 @@
-"""What a torch guard does to the run: the :class:`~nanguard.core.controller.Backend` the step
-controller acts through after a non-finite step, and the policy's settings on healthy steps.
+"""What a torch guard does to the run: the only code that changes the user's objects.
 
-* after a non-finite step (:class:`TorchBackend`): hide the gradients from ``optimizer.step()``
-  (they are handed back after it), roll back to the last snapshot, raise ``eps``, put back
-  module buffers a bad batch poisoned;
-* on every healthy step (:func:`apply_settings`, at the pre-step hook): clip at the switched-on
+* after a non-finite step (through the step controller): hide the gradients from
+  ``optimizer.step()`` (handed back after it), roll back to the last snapshot, raise ``eps``, put
+  back module buffers a bad batch poisoned, try fixes on the failing step (:mod:`._trial`);
+* on every healthy step under a back-off (at the pre-step hook): clip at the switched-on
   threshold and multiply the learning rate by the back-off factor (taken out again after the
   step) — or, without an optimizer, scale the gradients;
-* :func:`maybe_snapshot`: before the first update, then every ``snapshot_every`` steps.
+* snapshots: before the first update, then every ``snapshot_every`` steps (skip/recover).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
+from ..core.controller import StepController
 from ..core.trials import Fix, Trial
+from ._recorder import Event
 from ._stats import all_finite
-from .snapshot import Snapshotter, floating_buffers, module_buffers
+from ._watched import WatchSet
+from .snapshot import SCHEDULERS, Snapshotter, floating_buffers, module_buffers
 
-if TYPE_CHECKING:
-    from ._guard_base import GuardBase as Guard
-
-__all__ = ["TorchBackend", "apply_settings", "maybe_snapshot"]
+__all__ = ["Actuator"]
 
 
-class TorchBackend:
-    """Carries out one decision about the step in progress (made for that step only)."""
+class Actuator:
+    """Carries out the step controller's decisions and the back-off on the user's objects.
 
-    def __init__(self, guard: Guard, params: Sequence[torch.Tensor],
-                 opt: torch.optim.Optimizer | None) -> None:
-        self.guard = guard
-        self.params = list(params)
-        self.opt = opt
+    Attributes:
+        snapshots: the last known good states (CPU memory, or also a directory).
+        schedulers, scalers: the LR schedulers and loss scalers whose state a snapshot holds.
+        trialing: a fix is being tried on the failing step: the hooks stand aside.
+    """
 
-    def skip_update(self) -> None:
-        g = self.guard
-        g.step_was_skipped = True
-        if self.opt is not None:
-            # never apply this update: hide the gradients from the optimizer (given back after)
-            g._hidden_grads = [(p, p.grad) for p in self.params]
-            for p in self.params:
+    def __init__(self, controller: StepController, watch: WatchSet, snapshots: Snapshotter,
+                 schedulers: Sequence[Any] = (), scaler: Any = None) -> None:
+        self.controller = controller
+        self.watch = watch
+        self.snapshots = snapshots
+        self.schedulers: weakref.WeakSet[Any] = weakref.WeakSet(schedulers)
+        self.scalers: weakref.WeakSet[Any] = weakref.WeakSet([scaler] if scaler is not None else [])
+        self.trialing = False
+        #: a copy of the module buffers after the last healthy update (what restore_state puts back)
+        self._buffer_copy: list[torch.Tensor] | None = None
+        #: what this step changed and post_step gives back: gradients hidden, learning rates
+        self._hidden_grads: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        self._saved_lrs: list[Any] = []
+
+    @property
+    def policy(self) -> str:
+        return self.controller.config.policy
+
+    # --- what a snapshot holds -----------------------------------------------------------------
+    def schedulers_of(self, opt: torch.optim.Optimizer | None) -> list[Any]:
+        found = list(self.schedulers) + [s for s in SCHEDULERS if s not in self.schedulers]
+        return [s for s in found if opt is not None and getattr(s, "optimizer", None) is opt]
+
+    def scalers_all(self) -> list[Any]:
+        """The loss scalers of this guard's run: passed to ``attach(scaler=...)``, or seen scaling
+        a loss or stepping while attached (a scaler merely alive in the process is not)."""
+        return list(self.scalers)
+
+    def forget_snapshots(self) -> None:
+        """The step marker changed (backward() → the optimizer): what is restored changes too."""
+        self.snapshots.last = None
+        self._buffer_copy = None
+
+    # --- after a non-finite step ---------------------------------------------------------------
+    def skip_update(self, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None) -> None:
+        """Never apply this step's update: hide the gradients from the optimizer (given back
+        after its step), or, before a hand-written update, zero them."""
+        if opt is not None:
+            self._hidden_grads = [(p, p.grad) for p in params]
+            for p in params:
                 p.grad = None
         else:
-            for p in self.params:  # a hand-written update follows: make it a no-op
+            for p in params:
                 if p.grad is not None:
                     p.grad.zero_()
 
     def rollback(self, older: bool = False) -> int | None:
-        g = self.guard
-        snap = g.snapshots.target(older)
+        """Restore the newest healthy snapshot (``older``: the one before it); its step."""
+        snap = self.snapshots.target(older)
         if snap is None:
             return None
-        self._restore_to(snap)
-        g._weights_ok = True  # a snapshot only ever holds finite weights
-        g.step_was_skipped = True
+        self.restore_to(snap)
+        self.watch.state.ok = True  # a snapshot only ever holds finite weights
         return int(snap.step)
 
-    def trial(self, fixes: list[Fix]) -> list[Trial] | None:
-        from ._trial import run_trials
+    def restore_to(self, snap: Any) -> None:
+        primary = self.watch.primary
+        Snapshotter.restore(snap, self.watch.params(), module_buffers(self.watch.roots()),
+                            [primary] if primary is not None else [], self.schedulers_of(primary),
+                            self.scalers_all())
 
-        return run_trials(self.guard, self.params, self.opt, fixes,
-                          lambda: self._restore_to(self.guard.snapshots.last))
-
-    def settings_changed(self) -> None:
-        return None  # the pre-step hook reads the back-off and the clip at every step
-
-    def _restore_to(self, snap: Any) -> None:
-        g = self.guard
-        primary = g.watch.primary
-        Snapshotter.restore(snap, g.watch.params(), module_buffers(g.watch.roots()),
-                            [primary] if primary is not None else [], g._schedulers_of(primary),
-                            g._scalers_all())
-
-    def set_eps(self, eps: float) -> None:
-        if self.opt is None:
+    def set_eps(self, opt: torch.optim.Optimizer | None, eps: float) -> None:
+        if opt is None:
             return
-        for grp in self.opt.param_groups:
+        for grp in opt.param_groups:
             if "eps" in grp and isinstance(grp["eps"], (int, float)) and grp["eps"] < 1e-12:
                 grp["eps"] = eps
 
     def restore_state(self) -> dict[str, Any]:
-        g = self.guard
-        bufs = floating_buffers(g.watch.roots())
+        """Module buffers (BatchNorm statistics) a bad batch made non-finite, put back from the
+        copy after the last healthy update (or the last snapshot)."""
+        bufs = floating_buffers(self.watch.roots())
         if not bufs or all_finite(bufs):
             return {}
-        src = g._buffer_copy
-        if src is None and g.snapshots.last is not None:
-            src = g.snapshots.last.buffers
+        src = self._buffer_copy
+        if src is None and self.snapshots.last is not None:
+            src = self.snapshots.last.buffers
         if src is None:
             return {}
         n = 0
@@ -101,60 +124,95 @@ class TorchBackend:
                     n += 1
         return {"buffers_restored": n} if n else {}
 
+    def trial(self, events: Sequence[Event], params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None,
+              fixes: list[Fix], script_clip: float | None, scaled: bool,
+              hold: Callable[[bool], None]) -> list[Trial] | None:
+        """Try each fix from the newest snapshot on the failing step (:mod:`._trial`), leaving the
+        run at that snapshot; ``None`` when the step cannot be re-run."""
+        from ._trial import run_trials
 
-def apply_settings(guard: Guard, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None,
-                   total_norm: float | None) -> None:
-    """A healthy step under a back-off: clip, and scale the learning rate (or gradients)."""
-    scale = guard.recovery_state.lr_scale
-    clip = guard.recovery_state.clip_norm
-    if clip is None and scale == 1.0:
-        return  # no back-off in force: every healthy step of most runs
-    with_grads = [p for p in params if p.grad is not None]
-    if clip is not None and with_grads:
-        clip_with_norm = getattr(torch.nn.utils, "clip_grads_with_norm_", None)
-        if clip_with_norm is not None and total_norm is not None and math.isfinite(total_norm):
-            # the fused check's norm is computed in float64: torch's own clip_grad_norm_
-            # would overflow float32 on gradients above ~1e19 and scale them all by 0
-            dev = with_grads[0].grad.device  # type: ignore[union-attr]
-            clip_with_norm(with_grads, clip, torch.tensor(total_norm, dtype=torch.float64, device=dev))
+        snap = self.snapshots.last
+        if snap is None or opt is None or scaled:
+            return None
+        state = self.controller.state
+        self.trialing = True
+        hold(True)
+        try:
+            return run_trials(events, params, opt, fixes, snap.step, lambda: self.restore_to(snap),
+                              state.lr_scale, [c for c in (script_clip, state.clip_norm) if c is not None])
+        finally:
+            hold(False)
+            self.trialing = False
+
+    # --- every healthy step --------------------------------------------------------------------
+    def apply_settings(self, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None,
+                       total_norm: float | None) -> None:
+        """A healthy step under a back-off: clip, and scale the learning rate (or gradients)."""
+        state = self.controller.state
+        scale, clip = state.lr_scale, state.clip_norm
+        if clip is None and scale == 1.0:
+            return  # no back-off in force: every healthy step of most runs
+        with_grads = [p for p in params if p.grad is not None]
+        if clip is not None and with_grads:
+            clip_with_norm = getattr(torch.nn.utils, "clip_grads_with_norm_", None)
+            if clip_with_norm is not None and total_norm is not None and math.isfinite(total_norm):
+                # the fused check's norm is computed in float64: torch's own clip_grad_norm_
+                # would overflow float32 on gradients above ~1e19 and scale them all by 0
+                dev = with_grads[0].grad.device  # type: ignore[union-attr]
+                clip_with_norm(with_grads, clip, torch.tensor(total_norm, dtype=torch.float64, device=dev))
+            else:
+                torch.nn.utils.clip_grad_norm_(with_grads, clip)
+        if scale == 1.0:
+            return
+        if opt is not None:
+            self._saved_lrs = [grp["lr"] for grp in opt.param_groups]
+            for grp in opt.param_groups:
+                grp["lr"] = grp["lr"] * scale
         else:
-            torch.nn.utils.clip_grad_norm_(with_grads, clip)
-    if scale == 1.0:
-        return
-    if opt is not None:
-        guard._saved_lrs = [grp["lr"] for grp in opt.param_groups]
-        for grp in opt.param_groups:
-            grp["lr"] = grp["lr"] * scale
-    else:
-        # a hand-written update reads the gradient: scale it instead of a learning rate
-        grads = [p.grad for p in params if p.grad is not None]
-        if grads:
-            torch._foreach_mul_(grads, scale)
+            # a hand-written update reads the gradient: scale it instead of a learning rate
+            grads = [p.grad for p in params if p.grad is not None]
+            if grads:
+                torch._foreach_mul_(grads, scale)
 
+    def give_back(self) -> None:
+        """After the optimizer step: the learning rates and the hidden gradients, as they were
+        (a back-off is a factor applied at each step, never stored)."""
+        primary = self.watch.primary
+        if self._saved_lrs and primary is not None:
+            for group, lr in zip(primary.param_groups, self._saved_lrs):
+                group["lr"] = lr
+        self._saved_lrs = []
+        for p, g in self._hidden_grads:
+            p.grad = g
+        self._hidden_grads = []
 
-def maybe_snapshot(guard: Guard, before_update: bool) -> None:
-    """Under ``skip``/``recover``: the first snapshot before the first update, then every
-    ``snapshot_every`` steps after a healthy one (never of non-finite weights)."""
-    if guard.policy == "raise":
-        return
-    roots = guard.watch.roots()
-    if not before_update and roots and sum(b.numel() for b in floating_buffers(roots)) <= 1 << 20:
-        guard._buffer_copy = [b.detach().clone() for b in floating_buffers(roots)]
-    if before_update and guard.snapshots.last is not None:
-        return
-    if not before_update and not guard.snapshots.due(guard.step + 1):
-        return
-    opt = guard.watch.primary
-    watched = guard.watch.params()
-    if not before_update and not guard.controller.snapshot_ok():
-        return  # the run is finite but not healthy by the controller's signals: not "good"
-    if not all_finite(watched):
-        return  # never keep non-finite weights as the "last good" state
-    guard.snapshots.take(
-        guard.step if before_update else guard.step + 1,
-        watched,
-        module_buffers(roots),
-        [opt] if opt is not None else [],
-        guard._schedulers_of(opt),
-        guard._scalers_all(),
-    )
+    def forget_hidden(self) -> None:
+        """A loss scaler's skipped step: its gradients stay where the scaler left them."""
+        self._hidden_grads = []
+
+    def maybe_snapshot(self, step: int, before_update: bool) -> None:
+        """Under ``skip``/``recover``: the first snapshot before the first update, then every
+        ``snapshot_every`` steps after a healthy one (never of non-finite weights)."""
+        if self.policy == "raise":
+            return
+        roots = self.watch.roots()
+        if not before_update and roots and sum(b.numel() for b in floating_buffers(roots)) <= 1 << 20:
+            self._buffer_copy = [b.detach().clone() for b in floating_buffers(roots)]
+        if before_update and self.snapshots.last is not None:
+            return
+        if not before_update and not self.snapshots.due(step + 1):
+            return
+        opt = self.watch.primary
+        watched = self.watch.params()
+        if not before_update and not self.controller.snapshot_ok():
+            return  # the run is finite but not healthy by the controller's signals: not "good"
+        if not all_finite(watched):
+            return  # never keep non-finite weights as the "last good" state
+        self.snapshots.take(
+            step if before_update else step + 1,
+            watched,
+            module_buffers(roots),
+            [opt] if opt is not None else [],
+            self.schedulers_of(opt),
+            self.scalers_all(),
+        )

@@ -112,15 +112,15 @@ def _projected(loader: Any, found: NonFiniteData, step: int) -> int | None:
 
 
 class DataLook:
-    """The guard's look at the data ahead (a mixin of :class:`~nanguard.torch.guard.Guard`)."""
+    """The guard's look at the data ahead (an observer: told when a ``DataLoader`` starts an
+    epoch and when the first healthy step ends)."""
 
-    controller: StepController
-    step: int
-    _defer: bool | None
-    _looked: weakref.WeakSet[Any] | None = None
-    _frames_looked = False
+    def __init__(self, controller: StepController) -> None:
+        self.controller = controller
+        self._looked: weakref.WeakSet[Any] | None = None
+        self.frames_looked = False
 
-    def loader_started(self, loader: Any) -> None:
+    def loader_started(self, loader: Any, step: int) -> None:
         """A ``DataLoader`` created its iterator (an epoch starts, before its first batch): look
         once at what its dataset holds."""
         ds = getattr(loader, "dataset", None)
@@ -137,20 +137,20 @@ class DataLook:
         try:
             found = sorted(peek_dataset(ds), key=lambda p: p.first_row)  # the earliest bad row first
             if found:
-                self.controller.early.add(warning(found, self.step, "a dataset",
-                                                   _projected(loader, found[0], self.step)))
+                self.controller.early.add(warning(found, step, "a dataset",
+                                                   _projected(loader, found[0], step)))
         except Exception:  # a dataset attribute nanguard cannot read: the look is best-effort
             log.debug("nanguard: the look at a dataset failed", exc_info=True)
             return
 
-    def look_at_frames(self) -> None:
-        """At the end of the first healthy step (the step counter already moved on): once, the
+    def look_at_frames(self, step: int, deferred: bool | None) -> None:
+        """At the end of the first healthy step (``step``: the next one's index): once, the
         script's own tensors and arrays (a dataset it slices into batches by hand). Not on the
         deferred watch."""
-        if self._frames_looked:
+        if self.frames_looked:
             return
-        self._frames_looked = True
-        if self._defer:
+        self.frames_looked = True
+        if deferred:
             return  # the deferred GPU watch: a host read per tensor would synchronise the step
         try:
             found = peek_frames(user_frames(2))
@@ -158,5 +158,4 @@ class DataLook:
             log.debug("nanguard: the look at the script's variables failed", exc_info=True)
             return
         if found:
-            self.controller.early.add(warning(found, max(self.step - 1, 0), "the script's variables",
-                                               None))
+            self.controller.early.add(warning(found, max(step - 1, 0), "the script's variables", None))

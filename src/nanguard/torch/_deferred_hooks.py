@@ -1,59 +1,84 @@
 """The torch guard's deferred watch (no host sync on a healthy step; see ``_deferred``): the
 check of step N is started on the device at its pre-step hook and read at step N+1's (or when
-the guard detaches); a failure is then replayed, diagnosed and raised for step N.
+the guard detaches); a failure is then replayed, diagnosed and raised for step N — with step
+N's own recorded events and sinks, passed explicitly (nothing of step N+1 is swapped out).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
-from ..core.diagnosis import diagnose
+from ..core.step import StepDriver
 from ._deferred import InFlight, device_check, masked_step, to_host
-from ._findings import optimizer_finding, parameter_finding
-from ._guard_base import GuardBase, param_norm
-from ._watched import opt_params
+from ._findings import Replayer
+from ._recorder import StepRecorder
+from ._watched import WatchSet, opt_params
 from .watch import NormCheck
 
-__all__ = ["DeferredHooks"]
+__all__ = ["STATE_CHECK_EVERY", "DeferredWatch", "param_norm"]
+
+#: the deferred watch (GPU) checks the optimizer state every this many steps (the synchronous
+#: one every ``2 · ReadCadence.every``, the weights when ``_watched.weights_wanted``): each check
+#: reads the tensors once
+STATE_CHECK_EVERY = 16
 
 
-class DeferredHooks(GuardBase):
-    """``_check_deferred`` (pre-step), ``_deferred_after_step`` (post-step), ``resolve_inflight``."""
+class DeferredWatch:
+    """Starts each step's check on the device and reads it one step later."""
 
-    def _check_deferred(self, opt: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
-        prev, self._inflight = self._inflight, None
+    def __init__(self, driver: StepDriver, watch: WatchSet, recorder: StepRecorder, replayer: Replayer,
+                 port: Callable[..., object]) -> None:
+        self.driver = driver
+        self.watch = watch
+        self.recorder = recorder
+        self.replayer = replayer
+        self._port = port  # makes the step port for a past step's failure (the hooks')
+        self.inflight: InFlight | None = None
+        self._mask: masked_step | None = None
+
+    @property
+    def idle(self) -> bool:
+        """No step's check is on the device waiting to be read, and no update is masked."""
+        return self.inflight is None and self._mask is None
+
+    def start(self, opt: torch.optim.Optimizer, params: list[torch.Tensor], losses: list[torch.Tensor],
+              sinks: list[object], n_losses: int) -> None:
+        """Pre-step: read the previous step's check (raises on its failure), start this one's."""
+        prev, self.inflight = self.inflight, None
         if prev is not None:
-            self._resolve(prev)  # the previous step, read now: raises on a failure
-        self._n_losses = len(self._losses)
-        due = self._params_due
-        self._params_due = False
-        last_gn = self.history[-1].grad_norm if len(self.history) else None
-        with_state = self.step % self.STATE_CHECK_EVERY == 0 or (last_gn is not None and not last_gn < 1e17)
+            self._resolve(prev)
+        ws = self.watch.state
+        due = ws.due
+        ws.due = False
+        history = self.driver.controller.history
+        last_gn = history[-1].grad_norm if len(history) else None
+        step = self.driver.step
+        with_state = step % STATE_CHECK_EVERY == 0 or (last_gn is not None and not last_gn < 1e17)
         weights, wnames = self.watch.weights(opt, with_state) if due else ([], [])
-        stats, bad, gi, pi = device_check([p.grad for p in params], [*self._losses, *self._clip_norms],
-                                          weights)
+        stats, bad, gi, pi = device_check([p.grad for p in params], losses, weights)
         if stats is None or bad is None:
             return
         host, ev = to_host(stats)
         self._mask = masked_step(opt, bad)
         self._mask.before()
-        self._inflight = InFlight(self.step, host, ev, len(gi), len(pi), gi, pi,
-                                  [wnames[i] for i in pi], self.recorder.events, list(self._sinks), opt)
-        self._inflight.n_losses = self._n_losses
+        self.inflight = InFlight(step, host, ev, len(gi), len(pi), gi, pi, [wnames[i] for i in pi],
+                                 self.recorder.events, list(sinks), opt)
+        self.inflight.n_losses = n_losses
 
-    def _deferred_after_step(self) -> None:
+    def after_step(self) -> None:
         """Post-step: the masked update finished; the step's record waits for its numbers."""
         mask, self._mask = self._mask, None
         if mask is not None:
             mask.after()
-            if self._inflight is not None:
-                self._inflight.host_state = mask.host_state
+            if self.inflight is not None:
+                self.inflight.host_state = mask.host_state
 
-    def resolve_inflight(self) -> None:
+    def resolve(self) -> None:
         """Read the last step's check now (the guard detaches, or the run ends)."""
-        prev, self._inflight = self._inflight, None
+        prev, self.inflight = self.inflight, None
         if prev is not None:
             self._resolve(prev)
 
@@ -63,6 +88,7 @@ class DeferredHooks(GuardBase):
         gper, wper, lvals = vals[:ng], vals[ng:ng + nw], vals[ng + nw:]
         gchk = _made(gper, f.gi, lvals)
         rec = f.record
+        history = self.driver.controller.history
         if rec is not None:
             n = min(f.n_losses, len(lvals))
             rec.loss = math.fsum(lvals[:n]) if n else rec.loss
@@ -71,10 +97,10 @@ class DeferredHooks(GuardBase):
                 rec.layer_values = gchk.per_tensor
                 rec.layer_names = self.watch.layer_names(gchk.index)
         pchk = _made(wper, f.pi, []) if nw else None
-        if pchk is not None and rec is not None and len(self.history) > 1:
-            self.history[-2].param_norm = param_norm(pchk, f.wnames)
+        if pchk is not None and rec is not None and len(history) > 1:
+            history[-2].param_norm = param_norm(pchk, f.wnames)
         if gchk.finite and (pchk is None or pchk.finite):
-            self.controller.healthy()
+            self.driver.controller.healthy()
             return
         if rec is not None:
             rec.finite = False
@@ -82,26 +108,32 @@ class DeferredHooks(GuardBase):
         with torch.no_grad():
             for t, old in f.host_state:  # state on another device than the flag (CPU counters)
                 t.copy_(old)
-        self._act_on_previous(f, gchk, pchk)
+        self._act_on(f, gchk, pchk)
 
-    def _act_on_previous(self, f: InFlight, gchk: NormCheck, pchk: NormCheck | None) -> None:
+    def _act_on(self, f: InFlight, gchk: NormCheck, pchk: NormCheck | None) -> None:
+        """Step ``f.step`` failed: located with its own events and sinks, diagnosed, acted on."""
         params = opt_params(f.opt)
-        saved = (self.step, self.recorder.events, self._sinks)
-        self.step, self.recorder.events, self._sinks = f.step, f.events, f.sinks
-        try:
-            if pchk is not None and not pchk.finite:
-                wn = f.wnames
-                pchk.bad = [i for i, v in enumerate(pchk.per_tensor) if not math.isfinite(v)]
-                if self._updated:
-                    finding = optimizer_finding(self, f.opt, pchk, self._last_update_step - 1, wn)
-                else:
-                    finding = parameter_finding(self, pchk, wn)
-                diag = diagnose(finding, self._history_for(f.opt), self.context(f.opt))
-                self._act(finding, diag, params, f.opt, rollback_weights=True)
-                return
-            self._failure(gchk, params, [], f.opt)
-        finally:
-            self.step, self.recorder.events, self._sinks = saved
+        port = self._port(params, f.opt, gchk, f.sinks, f.step, f.events)
+        ws = self.watch.state
+        if pchk is not None and not pchk.finite:
+            pchk.bad = [i for i, v in enumerate(pchk.per_tensor) if not math.isfinite(v)]
+            if ws.updated:
+                finding = self.replayer.optimizer_finding(f.opt, pchk, ws.last_update_step - 1, f.wnames, None)
+            else:
+                finding = self.replayer.parameter_finding(pchk, f.wnames, f.step)
+            self.driver.act(finding, self.driver.diagnose(finding, port), port,  # type: ignore[arg-type]
+                            rollback_weights=True, step=f.step)
+            return
+        self.driver.fail(port, step=f.step)  # type: ignore[arg-type]
+
+
+def param_norm(chk: NormCheck, names: list[str]) -> float | None:
+    """The weights' 2-norm from a check over weights and optimizer state."""
+    vals = [v for v, n in zip(chk.per_tensor, names) if ":" not in n]
+    if not vals:
+        return chk.norm
+    sq = math.fsum(v * v for v in vals)
+    return math.sqrt(sq) if math.isfinite(sq) else float("inf")
 
 
 def _made(per: list[float], index: list[int], lvals: list[float]) -> NormCheck:

@@ -34,96 +34,109 @@ from ._modules import ModuleStack
 from ._recurrence import Gain
 from .hazards import HazardMode
 
-__all__ = ["SAMPLED_STEPS", "HazardSampling"]
+__all__ = ["SAMPLED_STEPS", "HazardLook"]
 
 SAMPLED_STEPS = (1, 2)  # the steps whose unsafe ops are looked at (step 0 may be a warm-up)
 _PASS_ALL = 1 << 30  # an ``in_optimizer`` count that makes a stale mode pass everything through
 
 
-class HazardSampling:
-    """The guard's two sampled steps (a mixin of :class:`~nanguard.torch.guard.Guard`)."""
+class HazardLook:
+    """The guard's two sampled steps (an observer the hooks tell when a step starts and ends)."""
 
-    controller: StepController
-    modules: ModuleStack
-    step: int
-    _defer: bool | None
-    _hz_mode: HazardMode | None = None
-    _hz_book: HazardBook | None = None
-    _hz_done = False
-    _hz_paused = False  # the mode popped while the step's forwards build no graph
-    _hz_params: WeakIdKeyDictionary | None = None
-    #: module path -> (growth per call, calls to overflow) of each recurrence seen growing
-    hz_recurrences: dict[str, tuple[float, float]] | None = None
+    def __init__(self, controller: StepController, modules: ModuleStack) -> None:
+        self.controller = controller
+        self.modules = modules
+        self._mode: HazardMode | None = None
+        self._book: HazardBook | None = None
+        self._done = False
+        self._paused = False  # the mode popped while the step's forwards build no graph
+        self._params: WeakIdKeyDictionary | None = None
+        #: module path -> (growth per call, calls to overflow) of each recurrence seen growing
+        self.recurrences: dict[str, tuple[float, float]] | None = None
 
-    def hazards_sample_start(self) -> None:
-        """When a step ended (the counter already moved on): start looking if the next step
-        is one of :data:`SAMPLED_STEPS`."""
-        if self._hz_done or self._hz_mode is not None or self.step not in SAMPLED_STEPS:
+    @property
+    def looking(self) -> bool:
+        """A sampled step's look is on now (its mode pushed, or paused in an evaluation loop)."""
+        return self._mode is not None
+
+    @property
+    def done(self) -> bool:
+        """Both sampled steps were looked at (or the look cannot run: deferred, another mode)."""
+        return self._done
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def sample_start(self, step: int, deferred: bool | None) -> None:
+        """When a step ended (``step``: the next one's index): start looking if it is one of
+        :data:`SAMPLED_STEPS`. Never on the deferred watch."""
+        if self._done or self._mode is not None or step not in SAMPLED_STEPS:
             return
-        if self._defer or _get_current_dispatch_mode() is not None:
-            self._hz_done = True
+        if deferred or _get_current_dispatch_mode() is not None:
+            self._done = True
             return
-        if self._hz_book is None:
-            self._hz_book, self._hz_params = HazardBook(), WeakIdKeyDictionary()
-        mode = HazardMode(self._hz_book, self.modules, self._hz_params)
+        if self._book is None:
+            self._book, self._params = HazardBook(), WeakIdKeyDictionary()
+        mode = HazardMode(self._book, self.modules, self._params)
         mode.__enter__()
-        self._hz_mode = mode
+        self._mode = mode
 
-    def hazards_sample_end(self) -> None:
+    def sample_end(self, step: int) -> None:
         """When the sampled step's gradients are checked (its forward and backward are done),
         or the step was abandoned: stop looking; after the last sampled step, warn."""
-        mode = self._hz_mode
+        mode = self._mode
         if mode is None:
             return
-        self._hz_mode = None
-        if self._hz_paused:  # popped already (``hazards_quiet``)
-            self._hz_paused = False
+        self._mode = None
+        if self._paused:  # popped already (``quiet``)
+            self._paused = False
         elif _get_current_dispatch_mode() is mode:
             mode.__exit__(None, None, None)
         else:  # another mode was pushed above it: it stays, passing every op through
             mode.in_optimizer = _PASS_ALL
             mode.recurrence.stop()
-            self._hz_done = True
+            self._done = True
         self._keep_recurrences(mode.step_done())
-        book = self._hz_book
+        book = self._book
         assert book is not None
         book.steps += 1
-        if self.step >= SAMPLED_STEPS[-1] or self._hz_done:
-            self._hz_done = True
-            self._warn(book)
+        if step >= SAMPLED_STEPS[-1] or self._done:
+            self._done = True
+            self._warn(book, step)
 
     def _keep_recurrences(self, gains: list[Gain]) -> None:
         """The fastest growth seen per recurrent module, for the diagnosis (``RunContext``)."""
-        known = self.hz_recurrences if self.hz_recurrences is not None else {}
+        known = self.recurrences if self.recurrences is not None else {}
         for g in gains:
             if math.isfinite(g.overflow_at) and g.rate > known.get(g.module, (1.0, math.inf))[0]:
                 known[g.module] = (g.rate, g.overflow_at)
-        self.hz_recurrences = known or None
+        self.recurrences = known or None
 
-    def _warn(self, book: HazardBook) -> None:
+    def _warn(self, book: HazardBook, step: int) -> None:
         """One warning (the riskiest hazard), the next few named in its evidence."""
-        found = [w for w in (early_warning(h, self.step, book.steps) for h in book.ranked()) if w is not None]
+        found = [w for w in (early_warning(h, step, book.steps) for h in book.ranked()) if w is not None]
         if found:
             found[0].evidence += [f"also: {w.message}" for w in found[1:4]]
             self.controller.early.add(found[0])
 
-    def hazards_quiet(self, quiet: bool) -> None:
+    def quiet(self, quiet: bool) -> None:
         """The recorder's ``on_quiet``: a sampled step's forwards stopped building a graph (an
         evaluation loop or a rollout between two training steps: thousands of ops that are not
         the training step's, each at trace cost) — the look pauses, its mode popped; it goes on
         when a forward builds a graph again (the training forward it is there for)."""
-        mode = self._hz_mode
+        mode = self._mode
         if mode is None:
             return
-        if quiet and not self._hz_paused and _get_current_dispatch_mode() is mode:
+        if quiet and not self._paused and _get_current_dispatch_mode() is mode:
             mode.__exit__(None, None, None)
-            self._hz_paused = True
-        elif not quiet and self._hz_paused:
-            self._hz_paused = False
+            self._paused = True
+        elif not quiet and self._paused:
+            self._paused = False
             mode.__enter__()
 
-    def hazards_release(self) -> None:
+    def release(self, step: int) -> None:
         """The guard detaches: a mode still pushed is popped (or left passing through)."""
-        if self._hz_mode is not None:
-            self._hz_done = True
-            self.hazards_sample_end()
+        if self._mode is not None:
+            self._done = True
+            self.sample_end(step)

@@ -36,6 +36,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from ..core.source import SourceLocation, user_frame
+from ..core.step import StepOrderError
 from ._modules import ModuleStack, storage_key
 
 if TYPE_CHECKING:
@@ -316,6 +317,22 @@ class StepRecorder:
             self._tape.__exit__(None, None, None)
             self._tape_on = False
         # else: another mode was pushed above ours; leave the stack alone, ours passes through
+
+    def hold(self) -> None:
+        """Stop recording (a backward pass, the optimizer step, a trial) until :meth:`release`."""
+        self.paused += 1
+        self.tape_off()
+
+    def release(self, push: bool = True) -> None:
+        """The end of a :meth:`hold`: recording goes on (``push``: the tape is pushed again
+        when nothing else holds it and no module runs). A release without a hold is a bug of
+        ours: it raises instead of hiding an unbalanced pair."""
+        if self.paused <= 0:
+            raise StepOrderError("nanguard: the step recorder was released more often than held: "
+                                 "an error inside nanguard, please report it")
+        self.paused -= 1
+        if push and not self.paused and not self.modules.depth:
+            self.tape_on()
 
     @contextlib.contextmanager
     def pause(self) -> Iterator[None]:

@@ -64,7 +64,7 @@ class Gain:
         (``inf`` when it does not grow)."""
         if self.rate <= 1.0 or self.first <= 0:
             return math.inf
-        return self.calls + math.log(MAX.get(self.dtype, 3.4e38) / self.first) / math.log(self.rate)
+        return self.calls + math.log(MAX.get(self.dtype, MAX["float32"]) / self.first) / math.log(self.rate)
 
 
 class RecurrenceProbe:

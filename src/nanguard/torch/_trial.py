@@ -5,8 +5,8 @@ from the newest healthy snapshot, the failing step's recorded events (the model 
 loss computation, with the RNG states they ran with) are re-run plainly — no locator — to get
 the loss and the gradients on that batch; the fix is applied (learning-rate factor, clipping,
 ``eps``) and the real optimizer takes the update, :data:`~nanguard.core.trials.TRIAL_STEPS`
-times. The guard's own hooks stand aside while it runs (``guard._trialing``); the run is left at
-the snapshot, with the step's gradients as they were.
+times. The guard's own hooks stand aside while it runs (``Actuator.trialing``); the run is left
+at the snapshot, with the step's gradients as they were.
 """
 
 from __future__ import annotations
@@ -15,17 +15,15 @@ import contextlib
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from ..core.errors import internal_error
 from ..core.trials import TRIAL_STEPS, Fix, Trial
 from . import _autograd
 from ._recorder import Backward, Event, RootCall, TapeOp
 from .replay import _run_op, _run_root, _Values
-
-if TYPE_CHECKING:
-    from ._guard_base import GuardBase as Guard
 
 __all__ = ["run_trials"]
 
@@ -113,13 +111,13 @@ def _raw_step(opt: torch.optim.Optimizer) -> None:
         opt.step()
 
 
-def _one(guard: Guard, events: Sequence[Event], params: list[torch.Tensor], opt: torch.optim.Optimizer,
-         fix: Fix, restore: Any) -> tuple[tuple[float, ...], bool]:
+def _one(events: Sequence[Event], params: list[torch.Tensor], opt: torch.optim.Optimizer, fix: Fix,
+         restore: Any, lr_scale: float, clips: list[float]) -> tuple[tuple[float, ...], bool]:
     """One fix: the losses before and after each trial update, and whether the last gradients
     were finite."""
     restore()
     losses: list[float] = []
-    clips = [c for c in (fix.clip_norm, guard.clip_norm, guard.recovery_state.clip_norm) if c is not None]
+    clips = [c for c in (fix.clip_norm, *clips) if c is not None]
     for k in range(TRIAL_STEPS + 1):
         loss, grads = step_loss(events, params)
         losses.append(loss)
@@ -131,36 +129,34 @@ def _one(guard: Guard, events: Sequence[Event], params: list[torch.Tensor], opt:
             p.grad = g
         if clips:
             torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], min(clips))
-        with _settings(opt, fix, guard.recovery_state.lr_scale):
+        with _settings(opt, fix, lr_scale):
             _raw_step(opt)
     return tuple(losses), True
 
 
-def run_trials(guard: Guard, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None,
-               fixes: Sequence[Fix], restore: Any) -> list[Trial] | None:
-    """Try each of ``fixes`` (see the module docstring); ``None`` when the step cannot be re-run
-    (no snapshot, no optimizer, no recorded backward, a loss scaler's scaled loss)."""
-    snap = guard.snapshots.last
-    events = list(guard.recorder.events)
-    # a loss a GradScaler scaled this step (its scale() was called): the recorded backward's
-    # roots are scaled, and so would the trial's gradients be
-    if snap is None or opt is None or not any(isinstance(ev, Backward) for ev in events) or guard._unscaled:
+def run_trials(events: Sequence[Event], params: Sequence[torch.Tensor], opt: torch.optim.Optimizer,
+               fixes: Sequence[Fix], from_step: int, restore: Any, lr_scale: float,
+               clips: list[float]) -> list[Trial] | None:
+    """Try each of ``fixes`` (see the module docstring) from the snapshot of ``from_step``
+    (``restore()`` puts it back); ``lr_scale`` and ``clips`` are the back-off already in force
+    and the script's own clipping. ``None`` when the step cannot be re-run (no recorded backward,
+    or an event that raised: the fix is then judged by the outcome)."""
+    if not any(isinstance(ev, Backward) for ev in events):
         return None
     ps = list(params)
     saved_grads = [p.grad for p in ps]
     out: list[Trial] = []
-    guard._trialing = True
-    guard.recorder.paused += 1
-    guard.recorder.tape_off()
     try:
         for fix in fixes:
             try:
-                losses, grads_ok = _one(guard, events, ps, opt, fix, restore)
-            except Exception:  # an event could not be re-run: the fix is judged by the outcome
-                log.debug("nanguard: trial of %s failed", fix.describe(), exc_info=True)
+                losses, grads_ok = _one(events, ps, opt, fix, restore, lr_scale, clips)
+            except LookupError:  # made by an event dropped from a long tape: not re-runnable
+                log.debug("nanguard: the step cannot be re-run for a trial", exc_info=True)
                 return None
-            out.append(Trial(fix, losses, snap.step, lr=_lr_of(opt, fix, guard.recovery_state.lr_scale),
-                             grads_finite=grads_ok))
+            except Exception as exc:  # the fix is then judged by the outcome
+                internal_error(f"the trial of {fix.describe()}", exc)
+                return None
+            out.append(Trial(fix, losses, from_step, lr=_lr_of(opt, fix, lr_scale), grads_finite=grads_ok))
             if out[-1].verified or out[-1].fails_at_start:
                 break  # the least drastic fix that works is the one applied; a step that fails
                 # before any update fails so whatever the fix
@@ -168,6 +164,4 @@ def run_trials(guard: Guard, params: Sequence[torch.Tensor], opt: torch.optim.Op
         restore()
         for p, g in zip(ps, saved_grads):
             p.grad = g
-        guard.recorder.paused -= 1
-        guard._trialing = False
     return out

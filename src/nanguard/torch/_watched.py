@@ -19,7 +19,7 @@ from ._modules import ModuleStack
 from ._modules import unwrap as _unwrap
 from ._stats import checkable
 
-__all__ = ["ReadCadence", "WatchSet", "opt_params", "plain", "weights_wanted"]
+__all__ = ["ReadCadence", "WatchSet", "WeightState", "opt_params", "plain", "weights_wanted"]
 
 HYPER = ("lr", "eps", "momentum", "weight_decay", "betas", "alpha", "nesterov", "dampening")
 
@@ -111,16 +111,43 @@ class ReadCadence:
         return k
 
 
+class WeightState:
+    """What a guard knows of the weights between steps: whether an update was applied yet (else
+    non-finite weights came in that way), when they are due to be read again, the last read, and
+    how often quiet steps read them (:class:`ReadCadence`)."""
+
+    def __init__(self) -> None:
+        #: read with the next check (once before the first update too)
+        self.due = True
+        self.updated = False  # has an update been applied yet
+        self.last_update_step = -1
+        self.ok: bool | None = None  # the last check of the weights (None: not yet)
+        #: (record's step, weight norm) of the last read (``weights_wanted``)
+        self.read: tuple[int, float] | None = None
+        #: weights that were non-finite before any update (no breach of skip/recover's guarantee)
+        self.bad_from_start: set[str] = set()
+        self.cadence = ReadCadence()
+        #: the optimizer whose weights' dtype was last looked at (the float16 headroom rule)
+        self.dtype_of: Any = None
+
+    def update_applied(self, step: int) -> None:
+        self.updated = True
+        self.last_update_step = step
+
+
 class WatchSet:
     """The models and tensors one guard watches."""
 
     def __init__(self, model: nn.Module | None, modules: ModuleStack) -> None:
         self.model = model
         self.modules = modules
+        self.state = WeightState()
         #: the optimizer whose step marks a training step (the first stepped, or the one given)
         self.primary: torch.optim.Optimizer | None = None
         #: without an optimizer: the graph leaves of the first backward()
         self.leaves: list[torch.Tensor] | None = None
+        #: steps counted at backward() while no optimizer was known (they join its first step)
+        self.backward_steps = 0
         self._names: dict[int, str] = {}
         self._names_key: tuple[Any, ...] | None = None
         self._names_for: tuple[int, list[int], list[str]] | None = None

@@ -7,17 +7,19 @@ What runs when, in a training step::
     loss.backward()           # roots recorded; without an optimizer: the check runs after it
     optimizer.step()          # pre-step hook: ONE fused check of loss + gradients
                               #   (a closure -- LBFGS, Lightning -- is checked after it ran)
-                              #   (with torch.distributed: one all-reduce of the flag)
+                              #   -> the step driver (core/step.py): agree across ranks;
                               #   non-finite -> replay the step under the locator -> diagnose
-                              #   -> the step controller decides; the backend carries it out
+                              #   -> the step controller decides; the actuator carries it out
                               #   healthy -> learning-rate back-off and clipping, if switched on
                               # post-step hook: fused check of the weights, history, snapshot
                               # (on CUDA, policy raise: no host read -- the check stays on the
                               #  device, the update is masked there, read one step later)
 
-Every optimizer's step is a step (a GAN's generator and discriminator each count). The
-decisions are the framework-free :class:`~nanguard.core.controller.StepController`'s; this module
-only turns torch's hooks into its events. The guard never touches the user's module objects
+The :class:`Guard` is a handle over a few parts with one job each: the watch (what is
+watched), the recorder (the step's tape), the replayer (tape -> finding), the actuator (the only
+code that changes the user's objects), the hooks (the only holder of the step in progress), and
+two observers (the hazard look, the data look). Every optimizer's step is a step (a GAN's
+generator and discriminator each count). The guard never touches the user's module objects
 (hooks are global), so ``torch.save(model)`` keeps working while it is attached.
 """
 
@@ -32,21 +34,26 @@ import torch
 from torch import nn
 
 from ..core import config
+from ..core.case import RunContext
 from ..core.config import POLICIES
-from ..core.diagnosis import Diagnosis, diagnose
-from ..core.finding import Finding
-from ..core.handle import GuardOptions
+from ..core.diagnosis import diagnose
+from ..core.handle import GuardHandle, GuardOptions
+from ..core.ops import dtype_max
 from ..core.policy import check_policy
+from ..core.step import Reading, StepDriver
 from . import _autograd, _patches
+from ._backend import Actuator
 from ._backward_hooks import BackwardHooks
-from ._deferred_hooks import DeferredHooks
-from ._findings import optimizer_finding
-from ._guard_base import param_norm
+from ._datapeek import DataLook
+from ._deferred_hooks import param_norm
+from ._findings import Replayer
+from ._hazard_watch import HazardLook
 from ._modules import ModuleStack
 from ._optimizer_hooks import OptimizerHooks
-from ._recorder import StepRecorder
-from ._update_replay import UpdateReplay
-from ._watched import ReadCadence, WatchSet
+from ._port import TorchPort, run_context
+from ._recorder import Event, StepRecorder
+from ._step import TorchStep
+from ._watched import WatchSet, plain
 from .snapshot import Snapshotter
 from .watch import NormCheck, check_params
 
@@ -57,7 +64,7 @@ _ATTACHED: weakref.WeakKeyDictionary[Any, Guard] = weakref.WeakKeyDictionary()
 _SESSION: list[Guard] = []
 
 
-class Guard(OptimizerHooks, BackwardHooks, DeferredHooks):
+class Guard(GuardHandle):
     """The handle :func:`attach` returns. Use it as a context manager or call :meth:`detach`.
 
     Attributes:
@@ -97,53 +104,144 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks):
         self.model = model
         self.optimizer = optimizer
         self.controller = self.options.controller()
-        self.snapshots = Snapshotter(every=snapshot_every, directory=snapshot_dir)
-        self.replay_enabled = replay
-        self.step = 0
-        self.backward_calls = 0
-        self.step_was_skipped = False
-        self.clip_norm: float | None = None  # a clipping threshold the user applies themselves
+        self.driver = StepDriver(self.controller)
         self.modules = ModuleStack(model)
         self.recorder = StepRecorder(self.modules)
         self.watch = WatchSet(model, self.modules)
-        self.cadence = ReadCadence()
         self.watch.primary = optimizer
-        self.update_replay = UpdateReplay()
-        self.on_step_end: list[Callable[[], None]] = []  # run after each step (the tracer's counter)
-        self._schedulers: weakref.WeakSet[Any] = weakref.WeakSet(schedulers)
-        self._scalers: weakref.WeakSet[Any] = weakref.WeakSet([scaler] if scaler is not None else [])
-        self._losses: list[torch.Tensor] = []
-        self._unscaled: list[torch.Tensor] = []  # the losses a GradScaler scaled, unscaled
-        self._pending: NormCheck | None = None
-        self._hidden_grads: list[tuple[torch.Tensor, torch.Tensor | None]] = []
-        self._saved_lrs: list[Any] = []
+        self.actuator = Actuator(self.controller, self.watch, Snapshotter(every=snapshot_every, directory=snapshot_dir),
+                                 schedulers, scaler)
+        self.replayer = Replayer(model, self.modules, self.recorder, self.watch, self.controller, enabled=replay)
+        self.hazards = HazardLook(self.controller, self.modules)
+        self.data = DataLook(self.controller)
+        self.verifier = Verifier(config.verify())
+        step = TorchStep()
+        self.opt_hooks = OptimizerHooks(self, step)
+        self.bwd_hooks = BackwardHooks(self, step)
         self._handles: list[Any] = []
         self._installed = False
         self._adopted = 0  # attach() calls of a script that adopted this (nanguard run's) guard
-        self._backward_steps = 0  # steps counted at backward() since the last optimizer step
-        self._carry_loss: float | None = None
-        self._deferred: tuple[Finding, Diagnosis] | None = None
-        self._buffer_copy: list[torch.Tensor] | None = None
-        self._in_opt_step = False
-        self._in_closure = False
-        self._trialing = False  # a fix is being tried on the failing step (_trial): hooks stand aside
-        self._settings_applied = False
-        self._n_losses = 0
-        self._params_due = True  # the weights are checked once before the first update too
-        self._clip_norms: list[torch.Tensor] = []
-        self._sinks: list[Any] = []
-        self._event_tag: str | None = None
-        self._weights_read: tuple[int, float] | None = None
-        self._updated = False  # has an update been applied yet (else bad weights came in bad)
-        self._last_update_step = -1
-        self._weights_ok: bool | None = None  # the last check of the weights (None: not yet)
-        self._bad_from_start: set[str] = set()  # weights that were non-finite before any update
-        self._defer: bool | None = None
-        self._inflight: Any = None
-        self._mask: Any = None
-        self._closure_step = False
-        self.verify = config.verify()
-        self.violations: list[dict[str, Any]] = []
+
+    # --- the public surface, over the parts ------------------------------------------------------
+    @property
+    def step(self) -> int:
+        return self.driver.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.driver.step = value
+
+    @property
+    def installed(self) -> bool:
+        """Whether the guard's hooks are in place (between :meth:`install` and :meth:`detach`)."""
+        return self._installed
+
+    @property
+    def step_was_skipped(self) -> bool:
+        """Whether the last optimizer step's update was kept from the weights (as accelerate)."""
+        return self.driver.skipped
+
+    @property
+    def on_step_end(self) -> list[Callable[[], None]]:
+        """Called after each step's record (the live status line, TensorBoard, a tracer)."""
+        return self.driver.on_end
+
+    @property
+    def snapshots(self) -> Snapshotter:
+        return self.actuator.snapshots
+
+    @property
+    def backward_calls(self) -> int:
+        return self.bwd_hooks.calls
+
+    @property
+    def clip_norm(self) -> float | None:
+        """The clipping threshold the script applies itself (its ``clip_grad_norm_``)."""
+        return self.bwd_hooks.script_clip
+
+    @property
+    def verify(self) -> bool:
+        return self.verifier.enabled
+
+    @property
+    def violations(self) -> list[dict[str, Any]]:
+        return self.verifier.violations
+
+    def context(self, opt: torch.optim.Optimizer | None = None) -> RunContext:
+        """What the diagnosis knows of the run (the optimizer ``opt``, by default the first)."""
+        return run_context(self.watch, self.actuator, self.controller, opt, self.clip_norm,
+                           self.hazards.recurrences)
+
+    # --- what the hooks share ----------------------------------------------------------------------
+    def port(self, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None, chk: NormCheck,
+             sinks: Sequence[Any], step: int | None = None, events: Sequence[Event] | None = None) -> TorchPort:
+        """The step driver's port for the step being checked (``step``/``events``: an earlier
+        one, read late by the deferred watch)."""
+        def hold(on: bool) -> None:
+            if on:
+                self.recorder.hold()
+            else:
+                self.recorder.release(push=False)
+
+        return TorchPort(
+            actuator=self.actuator, replayer=self.replayer, controller=self.controller, params=params, opt=opt,
+            check=chk, step=self.driver.step if step is None else step, sinks=sinks, events=events,
+            script_clip=self.clip_norm, context=lambda: self.context(opt), hold=hold,
+            scaled=bool(self.opt_hooks.step.unscaled), apply_once=self.opt_hooks.step,
+        )
+
+    def end_step(self, chk: NormCheck | None, pchk: NormCheck | None, opt: torch.optim.Optimizer | None,
+                 finite: bool | None = None) -> Any:
+        """The step ends (healthy or not, also when it raised): its record, the observers."""
+        self.hazards.sample_end(self.driver.step)  # a sampled step without an optimizer check
+        st = self.opt_hooks.step
+        reading = self._reading(chk, pchk, opt, st)
+
+        def between() -> None:
+            if len(self.history) == 1 or (opt is not None and opt is not self.watch.state.dtype_of):
+                self._note_dtype(opt)
+            st.reset()
+            self.recorder.new_step()
+            if not self.data.frames_looked and len(self.history) and self.history[-1].finite:
+                self.data.look_at_frames(self.driver.step, self.opt_hooks.defer)
+
+        rec = self.driver.end(reading, finite, between=between)
+        self.hazards.sample_start(self.driver.step, self.opt_hooks.defer)
+        return rec
+
+    def _reading(self, g: NormCheck | None, p: NormCheck | None, opt: torch.optim.Optimizer | None,
+                 st: TorchStep) -> Reading:
+        opt = opt if opt is not None else self.watch.primary
+        lr = plain(opt.param_groups[0].get("lr")) if opt is not None and opt.param_groups else None
+        lr = lr * self.recovery_state.lr_scale if isinstance(lr, float) else None
+        gnorm = g.norm if g is not None else None
+        pre_clip = st.pre_clip(g)
+        per = g is not None and g.per_tensor and (opt is None or opt is self.watch.primary)
+        return Reading(
+            finite=(g is None or g.finite) and (p is None or p.finite), loss=st.loss(g),
+            grad_norm=pre_clip if pre_clip is not None else gnorm,
+            clipped_norm=gnorm if pre_clip is not None else None,
+            param_norm=p.norm if p is not None else None, lr=lr,
+            opt_type=type(opt).__name__ if opt is not None else None,
+            optimizer=self.watch.optimizer_name(opt) if opt is not None else None,
+            num_params=self.watch.num_params(),
+            layer_values=g.per_tensor if per and g is not None else None,
+            layer_names=self.watch.layer_names(g.index) if per and g is not None else None,
+        )
+
+    def _note_dtype(self, opt: torch.optim.Optimizer | None) -> None:
+        """Once per optimizer: are its weights float16? (the early warnings' headroom rule)"""
+        self.watch.state.dtype_of = opt
+        params = [p for g in opt.param_groups for p in g["params"]] if opt is not None else self.watch.params()
+        if any(p.dtype == torch.float16 for p in params):
+            self.controller.early.low_max = dtype_max("float16")
+
+    def note_weights(self, norm: float | None) -> None:
+        """The weights the last update left were read: their norm into its history record, and
+        kept as the last read (``_watched.weights_wanted``)."""
+        rec = self.history[-1]
+        rec.param_norm = norm
+        self.watch.state.read = (rec.step, norm) if norm is not None else None
 
     # --- lifecycle ---------------------------------------------------------------------------
     def install(self) -> Guard:
@@ -161,28 +259,30 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks):
             if obj is not None:
                 _ATTACHED[obj] = self
         if self.optimizer is not None:
-            self._schedulers.update(_schedulers_made_before(self.optimizer))
+            self.actuator.schedulers.update(_schedulers_made_before(self.optimizer))
         self.modules.on_root_enter = self.recorder.root_enter
-        self.recorder.on_quiet = self.hazards_quiet  # a sampled look pauses during an eval loop
+        self.recorder.on_quiet = self.hazards.quiet  # a sampled look pauses during an eval loop
         self.recorder.grads_now = lambda: [p.grad for p in self.watch.params() if p.grad is not None]
         self.modules.on_root_exit = self.recorder.root_exit
         self.modules.install(roots_only=True)
-        self._handles.append(_autograd.add_backward_listener(self))
-        self._handles.append(_autograd.add_optimizer_listener(self._pre_step, self._post_step))
+        self._handles.append(_autograd.add_backward_listener(self.bwd_hooks))
+        self._handles.append(_autograd.add_optimizer_listener(self.opt_hooks.pre, self.opt_hooks.post))
         _patches.register_recorder(self.recorder)
-        _patches.register_guard(self)
+        _patches.register_guard(self.bwd_hooks)
         self.recorder.resume_tape = True
         self.recorder.tape_on()
         self._installed = True
         return self
 
-    def detach(self) -> None:
+    def detach(self, force: bool = False) -> None:
         """Stop watching and remove every hook. Safe to call twice.
 
         With policy ``raise`` the weights left by the last update are checked here (they are
         otherwise checked with the next step's gradients); a non-finite one is added to
         :attr:`findings`. The guard of ``nanguard run``, adopted by the script's ``attach()``,
-        stays until the run ends."""
+        stays until the run ends (``force``: the run ended)."""
+        if force:
+            self._adopted = 0
         if self._adopted:
             self._adopted -= 1
             return
@@ -190,7 +290,7 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks):
             return
         error: BaseException | None = None
         try:
-            self.resolve_inflight()  # the deferred watch's last step, read now
+            self.opt_hooks.deferred.resolve()  # the deferred watch's last step, read now
         except Exception as e:  # raised after the hooks are removed
             error = e
         try:
@@ -199,22 +299,27 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks):
             if error is not None:
                 raise error
 
+    def resolve_inflight(self) -> None:
+        """Read the deferred watch's last step now (the run ends)."""
+        self.opt_hooks.deferred.resolve()
+
     def _detach_hooks(self) -> None:
         primary = self.watch.primary
-        if self._params_due and primary is not None and self._updated:
-            self._params_due = False
+        ws = self.watch.state
+        if ws.due and primary is not None and ws.updated:
+            ws.due = False
             weights, wnames = self.watch.weights(primary)
             pchk = check_params(weights)
             if len(self.history):
-                self._note_weights(param_norm(pchk, wnames))
+                self.note_weights(param_norm(pchk, wnames))
             if not pchk.finite:
-                f = optimizer_finding(self, primary, pchk, self._last_update_step, wnames)
+                f = self.replayer.optimizer_finding(primary, pchk, ws.last_update_step, wnames, None)
                 self.findings.append((f, diagnose(f, self.history, self.context())))
         self.recorder.resume_tape = False
         self.recorder.tape_off()
-        self.hazards_release()
+        self.hazards.release(self.driver.step)
         _patches.unregister_recorder(self.recorder)
-        _patches.unregister_guard(self)
+        _patches.unregister_guard(self.bwd_hooks)
         for h in self._handles:
             h.remove()
         self._handles = []
@@ -235,22 +340,22 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks):
     def adopt(self, model: nn.Module | None, policy: str, **kwargs: Any) -> Guard:
         """A script's own ``nanguard.attach()`` under ``nanguard run``: one run has exactly one
         guard. The script's call wins (it is the more specific): its policy and options replace
-        the command line's, and stderr says so."""
+        the command line's — the configuration only: what the run went through so far (counters,
+        recoveries, a back-off) stays — and stderr says so."""
         _check_args(model, None, policy)
         if model is not None and self.model is None:
-            self.model = self.watch.model = model
+            self.model = self.watch.model = self.replayer.model = model
         old = self.policy
         changed = {k: kwargs[k] for k in ("max_consecutive_skips", "lr_factor", "max_recoveries",
                                           "recovery_window", "on_unfixable", "snapshot_every") if k in kwargs}
-        # the configuration is replaced; the state (counters, back-off, recoveries) is the run's
         self.options = self.options.with_(policy=policy, **changed)
         self.controller.config = self.options.recovery()
         if "snapshot_every" in kwargs:
             self.snapshots.every = int(kwargs["snapshot_every"])
         for s in kwargs.get("schedulers") or ():
-            self._schedulers.add(s)
+            self.actuator.schedulers.add(s)
         if kwargs.get("scaler") is not None:
-            self._scalers.add(kwargs["scaler"])
+            self.actuator.scalers.add(kwargs["scaler"])
         print(f"nanguard: the script's attach(policy={policy!r}) adopts the guard of `nanguard run` "
               f"(policy {old!r}): one guard per run, with the script's policy {policy!r}",
               file=sys.stderr)
@@ -258,27 +363,26 @@ class Guard(OptimizerHooks, BackwardHooks, DeferredHooks):
         return self
 
 
+class Verifier:
+    """``NANGUARD_VERIFY=1``: after every step, check the guarantee of ``skip``/``recover`` — no
+    weight and no optimizer state holds a non-finite value — and keep every breach."""
 
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.violations: list[dict[str, Any]] = []
 
+    def breach(self, step: int, tensors: list[str]) -> None:
+        if self.enabled:
+            self.violations.append({"step": step, "tensors": tensors[:8]})
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+    def after_step(self, guard: Guard, opt: torch.optim.Optimizer) -> None:
+        if not self.enabled:
+            return
+        weights, names = guard.watch.weights(opt)
+        bad = [n for t, n in zip(weights, names) if not bool(torch.isfinite(t).all())]
+        bad = [n for n in bad if n.split(":")[0] not in guard.watch.state.bad_from_start]
+        if bad and guard.watch.state.updated:
+            self.breach(guard.driver.step - 1, bad)
 
 
 def _check_args(model: Any, optimizer: Any, policy: str) -> None:

@@ -304,7 +304,7 @@ class HazardMode(TorchDispatchMode):
             inside = _guarded(prods[0]) and m > 0  # clamped strictly inside ±1
             self._add(op, "edge", m, x.dtype, None if inside else _UNIT_PATTERN, inside)
         elif op in ("exp", "expm1"):
-            left = math.log(MAX.get(_name(x.dtype), 3.4e38)) - _max(x)
+            left = math.log(MAX.get(_name(x.dtype), MAX["float32"])) - _max(x)
             key = self._add(op, "overflow", left, x.dtype, None)
             if isinstance(out, torch.Tensor) and key is not None:
                 self.exp_keys[out] = key

@@ -174,13 +174,7 @@ def replay(
                     if not complete:  # raised for another reason: the replay failed
                         error = internal_error("the replay of this step", exc)
                     break
-                for ref, what in sinks:
-                    t = values.made.get(ref)
-                    if ref.event == i and t is not None and checkable(t) and not bool(torch.isfinite(t).all()):
-                        origin = loc.origin_of(t)
-                        if origin is not None:  # the extra sinks are clip_grad_norm_'s total norms
-                            loc.reach(origin, what, sink=what,
-                                      clip_total_norm=float(t.detach().float().abs().max()))
+                _check_sinks(sinks, i, values, loc)
                 if loc.findings:
                     break
     finally:
@@ -192,6 +186,17 @@ def replay(
     if finding is not None and loc.notes:
         finding.details.setdefault("note", "; ".join(sorted(loc.notes)))
     return finding, extra
+
+
+def _check_sinks(sinks: Sequence[tuple[Ref, str]], i: int, values: _Values, loc: LocatorMode) -> None:
+    """The extra sinks event ``i`` made (``clip_grad_norm_``'s total norms): non-finite ones
+    reach the locator as what they are."""
+    for ref, what in sinks:
+        t = values.made.get(ref)
+        if ref.event == i and t is not None and checkable(t) and not bool(torch.isfinite(t).all()):
+            origin = loc.origin_of(t)
+            if origin is not None:
+                loc.reach(origin, what, sink=what, clip_total_norm=float(t.detach().float().abs().max()))
 
 
 def _run_op(ev: TapeOp, i: int, values: _Values, loc: LocatorMode, produced: set[int]) -> None:

@@ -51,7 +51,7 @@ class TorchSession(GuardSession):
             # the tracer sees every op itself: the step recorder would only add cost
             self.guard.recorder.resume_tape = False
             self.guard.recorder.tape_off()
-            self.guard.replay_enabled = False
+            self.guard.replayer.enabled = False
             # the tracer names every module: global module hooks, not the guard's root calls
             self.guard.modules.remove()
             self.guard.modules.install()
@@ -73,8 +73,7 @@ class TorchSession(GuardSession):
         if self._locator is not None:
             self._locator.close()
             self._locator = None
-        self.guard._adopted = 0
-        self.guard.detach()
+        self.guard.detach(force=True)
 
     def _step_ended(self) -> None:
         if self._locator is not None:

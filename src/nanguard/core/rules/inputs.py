@@ -4,7 +4,7 @@ a non-finite literal (a ``-inf`` mask) written by the code."""
 from __future__ import annotations
 
 from ..case import Case, Diagnosis
-from ..ops import canonical_op
+from ..ops import canonical_op, op_traits
 from ..taxonomy import Cause
 
 __all__ = [
@@ -71,7 +71,7 @@ def mask_row_became_nan(case: Case) -> Diagnosis | None:
     if mask is None:
         return None
     by = f"`{canonical_op(mask.op)}`" + (f" at {mask.source}" if mask.source else "")
-    entire = ev.op_name in ("softmax", "log_softmax")
+    entire = op_traits(ev.op_name).softmax
     lines = [
         (f"`{case.shown}` {ev.where} received a row that is -inf everywhere (every position masked) "
          f"and made {ev.what}: softmax of only -inf is 0/0") if entire else

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from ..case import Case, Diagnosis
+from ..ops import DTYPE_MAX, op_traits
 from ..taxonomy import Cause
 from ._fmt import nice_lr, num
 from .fixes import explode_fixes, lr_fixes
@@ -17,9 +18,6 @@ __all__ = [
     "optimizer_squares_overflowed",
     "optimizer_step_too_large",
 ]
-
-#: float32's largest value: above its square root, a square overflows
-_FLOAT32_MAX = 3.4e38
 
 
 def clip_norm_overflowed(case: Case) -> Diagnosis | None:
@@ -59,8 +57,8 @@ def optimizer_squares_overflowed(case: Case) -> Diagnosis | None:
         return None
     big = ev.largest_input
     gnorm = ev.grad_norm
-    limit = math.sqrt(ev.dtype_max or _FLOAT32_MAX)
-    squares = ev.op_name in ("addcmul", "mul", "pow", "square") and big > limit
+    limit = math.sqrt(ev.dtype_max or DTYPE_MAX["float32"])  # above it, a square overflows
+    squares = op_traits(ev.op_name).squares and big > limit
     if not (squares or (gnorm is not None and gnorm > limit)):
         return None
     lines = [

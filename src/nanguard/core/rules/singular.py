@@ -1,10 +1,12 @@
 """An op met its singularity: log of 0, a division by 0, sqrt of a negative number, exp overflow,
 or — in the backward pass — the infinite derivative of sqrt, log, pow or a division at 0.
 
-:func:`find_singularity` looks the op up by its canonical name in :data:`FORWARD` (ops judged by
-their own inputs: forward and optimizer ops, and ops in a custom ``autograd.Function``'s
-backward) or :data:`BACKWARD` (an autograd node, judged by the forward op it differentiates).
-Each entry is one op's check; the lookup is by name, so the catalogue has no order.
+Each check names the ops it judges with :func:`nanguard.core.ops.register_singularity`, beside its
+code: plain for ops judged by their own inputs (forward and optimizer ops, and ops in a custom
+``autograd.Function``'s backward), ``backward=True`` for an autograd node, judged by the forward
+op it differentiates. :func:`find_singularity` looks the op up by its canonical name with
+:func:`nanguard.core.ops.singularity_check`, so the catalogue has no order; the op table's
+``singular`` / ``backward_singular`` traits say in words what the checks look for.
 """
 
 from __future__ import annotations
@@ -15,24 +17,16 @@ from dataclasses import dataclass
 from ..case import Case, Diagnosis
 from ..evidence import Evidence
 from ..finding import TensorStats
-from ..ops import norm_divisor
+from ..ops import DTYPE_MAX, LOG_MAX, norm_divisor, register_singularity, singularity_check
 from ..taxonomy import Cause
 from ._fmt import num
 
 __all__ = [
-    "BACKWARD",
-    "FORWARD",
     "Singularity",
     "find_singularity",
     "nonfinite_from_small_inputs",
     "op_at_singularity",
 ]
-
-#: the largest value of each dtype (a divisor so small that the quotient exceeds it counts as 0)
-_DTYPE_MAX = {"float16": 65504.0, "bfloat16": 3.39e38, "float64": 1.8e308}
-#: ``log`` of the largest value of each dtype: ``exp`` of more overflows
-_LOG_MAX = {"float16": 11.09, "bfloat16": 88.72, "float32": 88.72, "float64": 709.78}
-
 
 @dataclass(frozen=True)
 class Singularity:
@@ -47,14 +41,16 @@ Check = Callable[[Case], "Singularity | None"]
 
 
 def _zeros(ev: Evidence, s: TensorStats | None, num_: TensorStats | None = None) -> bool:
-    """Zeros — or values so close to 0 that dividing by them overflows the dtype."""
+    """Zeros — or values so close to 0 that dividing by them overflows the dtype (float32 when
+    it is not known)."""
     if s is None:
         return False
     if s.zeros > 0:
         return True
     tiny = s.smallest_abs_nonzero
     big = num_.absmax if num_ is not None and num_.absmax else 1.0
-    return tiny is not None and tiny > 0 and big / tiny > _DTYPE_MAX.get(ev.dtype or "", 3.4e38)
+    top = DTYPE_MAX.get(ev.dtype or "", DTYPE_MAX["float32"])
+    return tiny is not None and tiny > 0 and big / tiny > top
 
 
 def _neg(s: TensorStats | None) -> bool:
@@ -74,6 +70,7 @@ def _held(ev: Evidence, s: TensorStats | None, what: str) -> str:
 # --- ops judged by their own inputs --------------------------------------------------------------
 
 
+@register_singularity("log", "log2", "log10")
 def _log(case: Case) -> Singularity | None:
     ev, say = case.ev, case.say
     x = ev.input(0)
@@ -102,6 +99,7 @@ def _log(case: Case) -> Singularity | None:
     return Singularity(f"`{ev.forward_op}` of {what} {ev.where}", why, fixes)
 
 
+@register_singularity("log1p")
 def _log1p(case: Case) -> Singularity | None:
     ev = case.ev
     x = ev.input(0)
@@ -111,6 +109,7 @@ def _log1p(case: Case) -> Singularity | None:
                        f"the input of `log1p` reached {num(x.min)}", [case.say.log1p_clamp])
 
 
+@register_singularity("div", "reciprocal", "fmod", "remainder", "addcdiv")
 def _div(case: Case) -> Singularity | None:
     ev, op = case.ev, case.ev.op_name
     x = ev.input(0)
@@ -137,6 +136,7 @@ def _div(case: Case) -> Singularity | None:
     return Singularity(f"division by zero {ev.where}", why, fixes)
 
 
+@register_singularity("sqrt")
 def _sqrt(case: Case) -> Singularity | None:
     ev = case.ev
     x = ev.input(0)
@@ -146,6 +146,7 @@ def _sqrt(case: Case) -> Singularity | None:
                        f"{_held(ev, x, 'negatives')}: sqrt(x<0) = nan", [case.say.sqrt_clamp])
 
 
+@register_singularity("pow")
 def _pow(case: Case) -> Singularity | None:
     ev = case.ev
     x = ev.input(0)
@@ -158,6 +159,7 @@ def _pow(case: Case) -> Singularity | None:
     return None
 
 
+@register_singularity("rsqrt")
 def _rsqrt(case: Case) -> Singularity | None:
     ev = case.ev
     x = ev.input(0)
@@ -167,6 +169,7 @@ def _rsqrt(case: Case) -> Singularity | None:
                        _held(ev, x, "zeros" if _zeros(ev, x) else "negatives"), [case.say.rsqrt_eps])
 
 
+@register_singularity("acos", "asin", "atanh")
 def _trig(case: Case) -> Singularity | None:
     ev, op = case.ev, case.ev.op_name
     x = ev.input(0)
@@ -177,19 +180,21 @@ def _trig(case: Case) -> Singularity | None:
                        [case.say.trig_clamp.format(fn=op)])
 
 
+@register_singularity("exp", "exp2", "expm1", "cosh", "sinh")
 def _exp(case: Case) -> Singularity | None:
     ev, op = case.ev, case.ev.op_name
     if not (ev.posinf or ev.nan):
         return None
-    lim = _LOG_MAX.get(ev.dtype or "float32", 88.72)
+    lim = LOG_MAX.get(ev.dtype or "float32", LOG_MAX["float32"])
     x = ev.input(0)
     if x is None or x.max is None or x.max <= lim * 0.9:
         return None
     return Singularity(f"`{op}` overflowed {ev.where}",
-                       f"the input of `{op}` reached {num(x.max)}; exp overflows {ev.dtype} above {lim:g}",
+                       f"the input of `{op}` reached {num(x.max)}; exp overflows {ev.dtype} above {lim:.2f}",
                        list(case.say.exp_fixes))
 
 
+@register_singularity("var", "std", "var_mean", "std_mean", "mean")
 def _var_single(case: Case) -> Singularity | None:
     ev, op = case.ev, case.ev.op_name
     x = ev.input(0)
@@ -200,6 +205,7 @@ def _var_single(case: Case) -> Singularity | None:
                        [case.say.var_single])
 
 
+@register_singularity("xlogy")
 def _xlogy(case: Case) -> Singularity | None:
     ev = case.ev
     y = ev.input(1)
@@ -209,6 +215,7 @@ def _xlogy(case: Case) -> Singularity | None:
                        "the log argument held zeros or negatives", [case.say.xlogy_clamp])
 
 
+@register_singularity("_weight_norm_interface", "_weight_norm")  # which input: ops.norm_divisor
 def _zero_norm(case: Case) -> Singularity | None:
     """Weight normalization divides by the norm of ``v``: a slice of zeros has norm 0 — 0/0."""
     ev = case.ev
@@ -224,21 +231,10 @@ def _zero_norm(case: Case) -> Singularity | None:
     )
 
 
-FORWARD: dict[str, Check] = {
-    "log": _log, "log2": _log, "log10": _log, "log1p": _log1p,
-    "div": _div, "reciprocal": _div, "fmod": _div, "remainder": _div, "addcdiv": _div,
-    "sqrt": _sqrt, "pow": _pow, "rsqrt": _rsqrt,
-    "acos": _trig, "asin": _trig, "atanh": _trig,
-    "exp": _exp, "exp2": _exp, "expm1": _exp, "cosh": _exp, "sinh": _exp,
-    "var": _var_single, "std": _var_single, "var_mean": _var_single, "std_mean": _var_single,
-    "mean": _var_single,
-    "xlogy": _xlogy,
-}
-
-
 # --- backward: the forward op's derivative has the singularity ----------------------------------
 
 
+@register_singularity("sqrt", "norm", backward=True)  # norm: linalg_vector_norm
 def _sqrt_backward(case: Case) -> Singularity | None:
     ev, fwd = case.ev, case.ev.forward_op
     x, d = ev.input(0), ev.input(1)
@@ -252,6 +248,7 @@ def _sqrt_backward(case: Case) -> Singularity | None:
     )
 
 
+@register_singularity("pow", backward=True)
 def _pow_backward(case: Case) -> Singularity | None:
     ev = case.ev
     if not (_zeros(ev, ev.input(0)) or _zeros(ev, ev.input(1))):
@@ -261,6 +258,7 @@ def _pow_backward(case: Case) -> Singularity | None:
                        [case.say.pow_clamp])
 
 
+@register_singularity("log", "log2", "log10", backward=True)
 def _log_backward(case: Case) -> Singularity | None:
     ev = case.ev
     x, d = ev.input(0), ev.input(1)
@@ -273,6 +271,7 @@ def _log_backward(case: Case) -> Singularity | None:
                        [case.say.log_clamp_plain, case.say.log_softmax_plain])
 
 
+@register_singularity("div", "reciprocal", backward=True)
 def _div_backward(case: Case) -> Singularity | None:
     ev = case.ev
     x, d = ev.input(0), ev.input(1)
@@ -283,6 +282,7 @@ def _div_backward(case: Case) -> Singularity | None:
                        ["x / (y + 1e-8)"])
 
 
+@register_singularity("acos", "asin", backward=True)
 def _trig_backward(case: Case) -> Singularity | None:
     ev, fwd = case.ev, case.ev.forward_op
     if not ev.nonfinite:
@@ -291,6 +291,7 @@ def _trig_backward(case: Case) -> Singularity | None:
                        f"the derivative of {fwd} is infinite at ±1", [case.say.trig_clamp.format(fn=fwd)])
 
 
+@register_singularity("std", "var", backward=True)
 def _spread_backward(case: Case) -> Singularity | None:
     ev, fwd = case.ev, case.ev.forward_op
     if not (_zeros(ev, ev.input(1)) or _zeros(ev, ev.input(0))):
@@ -300,26 +301,14 @@ def _spread_backward(case: Case) -> Singularity | None:
                        [case.say.std_eps])
 
 
-BACKWARD: dict[str, Check] = {
-    "sqrt": _sqrt_backward, "norm": _sqrt_backward,  # canonical: linalg_vector_norm is norm
-    "pow": _pow_backward,
-    "log": _log_backward, "log2": _log_backward, "log10": _log_backward,
-    "div": _div_backward, "reciprocal": _div_backward,
-    "acos": _trig_backward, "asin": _trig_backward,
-    "std": _spread_backward, "var": _spread_backward,
-}
-
-
 def find_singularity(case: Case) -> Singularity | None:
     """The singularity the op met, if the evidence shows one."""
     ev = case.ev
     # a custom autograd.Function's backward is user code: its ops are judged as written
     if ev.phase != "backward" or ev.custom_function:
-        check = FORWARD.get(ev.op_name)
-        if check is None and norm_divisor(ev.op) is not None:
-            check = _zero_norm
-        return check(case) if check is not None else None
-    check = BACKWARD.get(ev.forward_op)
+        check: Check | None = singularity_check(ev.op_name)
+    else:
+        check = singularity_check(ev.forward_op, backward=True)
     return check(case) if check is not None else None
 
 

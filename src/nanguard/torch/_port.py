@@ -1,0 +1,130 @@
+"""What the step driver asks of torch for one step: the :class:`~nanguard.core.step.StepPort`.
+
+Made by the hooks when a step is checked (and by the deferred watch for a step read late): it
+names the step's tensors (``params``, the optimizer, the check), and passes each request to the
+part of the guard that owns it — the replayer (``locate``), the actuator (every change to the
+user's objects), torch.distributed (``agree``, ``share``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ..core.case import RunContext
+from ..core.controller import StepController
+from ..core.diagnosis import Diagnosis
+from ..core.finding import Finding
+from ..core.history import History
+from ..core.ops import ADAPTIVE_OPTIMIZERS
+from ..core.trials import Fix, Trial
+from . import _dist
+from ._backend import Actuator
+from ._findings import Replayer
+from ._recorder import Event
+from ._step import TorchStep
+from ._watched import HYPER, WatchSet, opt_params, plain
+from .watch import NormCheck
+
+__all__ = ["TorchPort", "run_context"]
+
+
+def run_context(watch: WatchSet, actuator: Actuator, controller: StepController, opt: torch.optim.Optimizer | None,
+                script_clip: float | None, recurrences: dict[str, tuple[float, float]] | None) -> RunContext:
+    """What the diagnosis knows of the run: the hyper-parameters of ``opt`` (the optimizer whose
+    step failed; by default the first one stepped), its scheduler, any clipping."""
+    primary = opt is None or opt is watch.primary
+    opt = watch.primary if opt is None else opt
+    state = controller.state
+    hyper: dict[str, Any] = {}
+    if opt is not None and opt.param_groups:
+        g = opt.param_groups[0]
+        hyper = {k: plain(g[k]) for k in HYPER if k in g}
+        if "lr" in hyper and isinstance(hyper["lr"], float):
+            hyper["lr"] *= state.lr_scale
+    params = watch.params() if primary else opt_params(opt)
+    scheds = actuator.schedulers_of(opt)
+    return RunContext(
+        framework="torch",
+        optimizer=type(opt).__name__ if opt is not None else None,
+        hyper=hyper,
+        clip_norm=script_clip if script_clip is not None else state.clip_norm,
+        num_params=sum(p.numel() for p in params) or None,
+        scheduler=type(scheds[0]).__name__ if scheds else None,
+        lr_scale=state.lr_scale,
+        recurrences=dict(recurrences or {}),
+    )
+
+
+class TorchPort:
+    """The step port of one torch step (see the module docstring)."""
+
+    def __init__(self, *, actuator: Actuator, replayer: Replayer, controller: StepController,
+                 params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None, check: NormCheck,
+                 step: int, sinks: Sequence[Any], events: Sequence[Event] | None,
+                 script_clip: float | None, context: Callable[[], RunContext],
+                 hold: Callable[[bool], None], scaled: bool, apply_once: TorchStep | None = None) -> None:
+        self.actuator, self.replayer, self.controller = actuator, replayer, controller
+        self.params, self.opt, self.chk = list(params), opt, check
+        self.step, self.sinks, self.events = step, sinks, events
+        self.script_clip = script_clip
+        self._context, self._hold, self._scaled, self._once = context, hold, scaled, apply_once
+        e = opt.param_groups[0].get("eps") if opt is not None and opt.param_groups else None
+        self.eps = float(e) if isinstance(e, (int, float)) else None
+        self.adaptive = opt is not None and type(opt).__name__ in ADAPTIVE_OPTIMIZERS
+
+    # --- what the driver asks ------------------------------------------------------------------
+    def agree(self, ok: bool) -> tuple[bool, list[int]]:
+        return _dist.agree(ok, self.params)
+
+    def locate(self) -> Finding:
+        return self.replayer.locate(self.chk, self.params, self.step, self.sinks, self.events)
+
+    def history(self) -> History:
+        h = self.controller.history
+        return h.of(self.actuator.watch.optimizer_name(self.opt)) if self.opt is not None else h
+
+    def context(self) -> RunContext:
+        return self._context()
+
+    def share(self, finding: Finding | None, diag: Diagnosis | None,
+              bad_ranks: list[int]) -> tuple[Finding, Diagnosis]:
+        if _dist.active():
+            return _dist.share(finding, diag, bad_ranks)
+        assert finding is not None and diag is not None
+        return finding, diag
+
+    def snapshot(self, before_update: bool) -> None:
+        if self.opt is self.actuator.watch.primary or self.opt is None:
+            self.actuator.maybe_snapshot(self.step, before_update)
+
+    def apply_settings(self, lr_scale: float, clip_norm: float | None) -> None:
+        once = self._once
+        if once is not None:
+            if once.settings_applied:
+                return  # once per step: a closure runs several checks
+            once.settings_applied = True
+        self.actuator.apply_settings(self.params, self.opt, self.chk.norm)
+
+    # --- the controller's Backend ---------------------------------------------------------------
+    def skip_update(self) -> None:
+        self.actuator.skip_update(self.params, self.opt)
+
+    def rollback(self, older: bool = False) -> int | None:
+        return self.actuator.rollback(older)
+
+    def trial(self, fixes: list[Fix]) -> list[Trial] | None:
+        events = self.replayer.recorder.events if self.events is None else self.events
+        return self.actuator.trial(events, self.params, self.opt, fixes, self.script_clip, self._scaled,
+                                   self._hold)
+
+    def settings_changed(self) -> None:
+        return None  # the pre-step hook reads the back-off and the clip at every step
+
+    def set_eps(self, eps: float) -> None:
+        self.actuator.set_eps(self.opt, eps)
+
+    def restore_state(self) -> dict[str, Any]:
+        return self.actuator.restore_state()
