@@ -16,6 +16,7 @@ from ..core.case import RunContext
 from ..core.diagnosis import Diagnosis
 from ..core.finding import Finding
 from ..core.history import History
+from ..core.trials import Fix, Trial
 from ._compat import unwrap_optimizer
 from ._context import eps_of, run_context
 from ._findings import Prepare, locate_step
@@ -84,8 +85,15 @@ class KerasBackend:
             st.refresh_backups()
         return int(snap.step)
 
-    def trial(self, fixes: list[Any]) -> None:
-        return None  # the step is a traced function: a fix is judged by the outcome
+    def trial(self, fixes: list[Fix]) -> list[Trial] | None:
+        """Each fix tried from the snapshot on the failing step's batch (:mod:`._trial`);
+        ``None`` when the step cannot be run again (an update outside a step driver)."""
+        if self.prepare is None:
+            return None
+        from ._trial import run_trials
+
+        step_fn, _batch = self.prepare()
+        return run_trials(self.guard, self.state, step_fn, fixes)
 
     def settings_changed(self) -> None:
         self.guard.settings_changed()

@@ -17,6 +17,7 @@ from ..core.errors import NonFiniteError
 from ..core.finding import Finding
 from ._compat import run_eagerly, unwrap_optimizer
 from .locate import Locator
+from .watch import clear_losses
 
 __all__ = ["replay", "state_variables"]
 
@@ -79,6 +80,7 @@ def replay(
     finally:
         for v, val in saved:
             v.assign(val)
+        clear_losses()
     return loc.first(), {"activation_scale": loc.activation_scale, "errors": loc.errors}
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from ._compat import float_tensors, tf, values_of, var_path
 
-__all__ = ["GuardState", "StepStats", "guarded_apply", "record_loss"]
+__all__ = ["GuardState", "StepStats", "clear_losses", "guarded_apply", "record_loss"]
 
 _F64 = tf.float64
 _LOW = (tf.float16, tf.bfloat16)
@@ -56,6 +56,12 @@ def record_loss(target: Any) -> None:
         if isinstance(t, tf.Tensor) and t.dtype.is_floating:
             items.append(t)
     del items[:-8]  # a tape used without an optimizer step must not grow this forever
+
+
+def clear_losses() -> None:
+    """Forget the losses recorded since the last update (a replay intercepts its update: its
+    eager loss must not be taken by the next real one)."""
+    _pending.items = []
 
 
 def _take_losses() -> list[Any]:
