@@ -21,6 +21,8 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any, TypeVar
 
+from .patches import PatchSet
+
 __all__ = ["install", "thin_warn", "transparent", "uninstall"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -59,12 +61,14 @@ def thin_warn() -> Callable[..., None]:
     return _warn
 
 
+_PATCHES = PatchSet("warnings.warn")
+
+
 def install() -> None:
     global _users, _original
     with _lock:
         if _users == 0:
-            _original = warnings.warn
-            warnings.warn = _warn
+            _original = _PATCHES.patch(warnings, "warn", _warn)
         _users += 1
 
 
@@ -74,7 +78,9 @@ def uninstall() -> None:
         if _users == 0:
             return
         _users -= 1
-        if _users == 0 and warnings.warn is _warn and _original is not None:
-            warnings.warn = _original
+        if _users == 0 and _original is not None:
+            if warnings.warn is _warn:
+                _PATCHES.restore()
+            else:  # someone wrapped warnings.warn after us: ours stays under theirs, still working
+                _PATCHES.forget()
             _original = None
-        # else someone wrapped warnings.warn after us: ours stays under theirs, still working

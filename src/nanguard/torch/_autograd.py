@@ -16,6 +16,8 @@ from typing import Any
 import torch
 import torch.optim.optimizer as _optim
 
+from ..core.patches import PatchSet
+
 __all__ = ["BackwardListener", "add_backward_listener", "add_optimizer_listener"]
 
 
@@ -96,20 +98,22 @@ def _make_wrapper(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+_PATCHES = PatchSet("the backward wrapper")
+
+
 def _install() -> None:
     if _orig:
         return
-    _orig["backward"] = torch.autograd.backward
-    _orig["grad"] = torch.autograd.grad
-    torch.autograd.backward = _make_wrapper("backward", _orig["backward"])
-    torch.autograd.grad = _make_wrapper("grad", _orig["grad"])
+    for name in ("backward", "grad"):
+        _orig[name] = getattr(torch.autograd, name)
+        _PATCHES.patch(torch.autograd, name, _make_wrapper(name, _orig[name]))
 
 
 def _uninstall() -> None:
     if not _orig:
         return
-    torch.autograd.backward = _orig.pop("backward")
-    torch.autograd.grad = _orig.pop("grad")
+    _PATCHES.restore()
+    _orig.clear()
 
 
 class _Handle:

@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _module
 
+from ..core.patches import PatchSet
+
 __all__ = ["ModuleStack", "module_names", "param_names"]
 
 log = logging.getLogger("nanguard")
@@ -232,18 +234,19 @@ class _RootCalls:
         self.stacks: list[ModuleStack] = []
         self.depth = 0
         self._orig: Callable[..., Any] | None = None
+        self._patches = PatchSet("the module-call wrapper")
+        self._patches.cache(_NAMES.clear)  # names go stale when a model is changed between runs
 
     def add(self, stack: ModuleStack) -> None:
         if not self.stacks:
-            self._orig = nn.Module.__call__
-            nn.Module.__call__ = _root_call  # type: ignore[method-assign]
+            self._orig = self._patches.patch(nn.Module, "__call__", _root_call)
         self.stacks.append(stack)
 
     def remove(self, stack: ModuleStack) -> None:
         if stack in self.stacks:
             self.stacks.remove(stack)
         if not self.stacks and self._orig is not None:
-            nn.Module.__call__ = self._orig  # type: ignore[method-assign]
+            self._patches.restore()
             self._orig = None
 
 

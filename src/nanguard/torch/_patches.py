@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch.nn.functional as _F
 from torch.utils.data import dataloader as _dl
 
 from ..core import transparent as _transparent
+from ..core.patches import PatchSet
 from ..core.transparent import transparent
 from ._modules import _compiling
 from ._recorder import StepRecorder
@@ -31,7 +33,8 @@ from ._recorder import StepRecorder
 __all__ = ["register_recorder", "unregister_recorder"]
 
 _active: list[StepRecorder] = []
-_saved: list[tuple[Any, str, Callable[..., Any]]] = []
+#: the recorder's patches (data loading, zero_grad, the functional losses, record_function)
+_RECORDING = PatchSet("the step recorder")
 
 
 def _paused(fn: Callable[..., Any], pop: bool = True, loads: bool = False,
@@ -193,14 +196,26 @@ def _script_warns() -> None:
     """TorchScript compiles ``warnings.warn`` in a scripted function (``F.mse_loss`` warns on
     mismatched shapes) as ``aten::warn``, found by the function's identity: the thin
     ``warnings.warn`` of :mod:`~nanguard.core.transparent` is registered as the same builtin, or
-    ``torch.jit.script`` of such code fails while a guard is attached."""
+    ``torch.jit.script`` of such code fails while a guard is attached. Unregistered on restore."""
     try:
         from torch.jit import _builtins
     except ImportError:  # pragma: no cover - a torch without TorchScript
         return
     register = getattr(_builtins, "_register_builtin", None)
-    if register is not None:
-        register(_transparent.thin_warn(), "aten::warn")
+    if register is None:
+        return
+    fn = _transparent.thin_warn()
+    register(fn, "aten::warn")
+
+    def unregister() -> None:
+        table = getattr(_builtins, "_builtin_table", None)
+        if isinstance(table, dict):
+            table.pop(id(fn), None)
+        ops = getattr(_builtins, "_builtin_ops", None)
+        if isinstance(ops, list):
+            ops[:] = [(f, op) for f, op in ops if f is not fn]
+
+    _RECORDING.on_restore("torch.jit builtin aten::warn -> nanguard's warnings.warn", unregister)
 
 
 def register_recorder(rec: StepRecorder) -> None:
@@ -208,19 +223,14 @@ def register_recorder(rec: StepRecorder) -> None:
         _transparent.install()
         _script_warns()
         for owner, name, pop, loads, starts in _TARGETS:
-            orig = owner.__dict__[name]
-            _saved.append((owner, name, orig))
-            setattr(owner, name, _paused(orig, pop, loads, starts))
+            _RECORDING.patch(owner, name, _paused(owner.__dict__[name], pop, loads, starts))
         for name in FUNCTIONAL:
             orig = getattr(_F, name, None)
             if callable(orig):
-                _saved.append((_F, name, orig))
-                setattr(_F, name, _functional(orig))
+                _RECORDING.patch(_F, name, _functional(orig))
         rf = torch.autograd.profiler.record_function
         for name, wrap in (("__enter__", _profile_enter), ("__exit__", _profile_exit)):
-            orig = rf.__dict__[name]
-            _saved.append((rf, name, orig))
-            setattr(rf, name, wrap(orig))
+            _RECORDING.patch(rf, name, wrap(rf.__dict__[name]))
     _active.append(rec)
 
 
@@ -228,16 +238,15 @@ def unregister_recorder(rec: StepRecorder) -> None:
     if rec in _active:
         _active.remove(rec)
     if not _active:
-        while _saved:
-            owner, name, orig = _saved.pop()
-            setattr(owner, name, orig)
+        _RECORDING.restore()
         _transparent.uninstall()
 
 
 # --- schedulers, scalers ------------------------------------------------------------------------
 
 _guards: list[Any] = []
-_saved_g: list[tuple[Any, str, Callable[..., Any]]] = []
+#: the guard's patches (schedulers, scalers, clip_grad_norm_, the optimizer step counter)
+_GUARDING = PatchSet("the guard")
 
 
 def _sched_init(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -269,9 +278,9 @@ def _scaler_step(orig: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(orig)
     @transparent
     def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-        before = _steps_seen.get(id(optimizer), 0)
+        before = _steps_seen.get(optimizer, 0)
         out = orig(self, optimizer, *args, **kwargs)
-        stepped = _steps_seen.get(id(optimizer), 0) != before
+        stepped = _steps_seen.get(optimizer, 0) != before
         for g in list(_guards):
             g.scaler_step(self, optimizer, stepped)
         return out
@@ -279,7 +288,9 @@ def _scaler_step(orig: Callable[..., Any]) -> Callable[..., Any]:
     return step
 
 
-_steps_seen: dict[int, int] = {}
+#: optimizer -> its steps so far (how GradScaler.step is told to have skipped); dropped at restore
+_steps_seen: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_GUARDING.cache(_steps_seen.clear)
 
 
 def _clip(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -312,14 +323,10 @@ def _clip(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _count_step(opt: Any, args: Any, kwargs: Any) -> None:
-    _steps_seen[id(opt)] = _steps_seen.get(id(opt), 0) + 1
-
-
-_count_handle: Any = None
+    _steps_seen[opt] = _steps_seen.get(opt, 0) + 1
 
 
 def register_guard(guard: Any) -> None:
-    global _count_handle
     if not _guards:
         _transparent.install()
         from torch.amp import grad_scaler
@@ -335,28 +342,19 @@ def register_guard(guard: Any) -> None:
         from torch.nn.utils import clip_grad as clip_mod
 
         for owner, name, wrap in targets:
-            orig = owner.__dict__[name]
-            _saved_g.append((owner, name, orig))
-            setattr(owner, name, wrap(orig))
+            _GUARDING.patch(owner, name, wrap(owner.__dict__[name]))
         # torch.nn.utils.clip_grad_norm_ returns the only trace of an overflowing gradient norm
-        orig_clip = clip_mod.clip_grad_norm_
-        wrapped = _clip(orig_clip)
+        wrapped = _clip(clip_mod.clip_grad_norm_)
         for mod in (nn_utils, clip_mod):
-            _saved_g.append((mod, "clip_grad_norm_", mod.clip_grad_norm_))
-            mod.clip_grad_norm_ = wrapped  # type: ignore[attr-defined]
-        _count_handle = register_optimizer_step_pre_hook(_count_step)
+            _GUARDING.patch(mod, "clip_grad_norm_", wrapped)
+        handle = register_optimizer_step_pre_hook(_count_step)
+        _GUARDING.on_restore("the optimizer step counter (a global step pre-hook)", handle.remove)
     _guards.append(guard)
 
 
 def unregister_guard(guard: Any) -> None:
-    global _count_handle
     if guard in _guards:
         _guards.remove(guard)
     if not _guards:
-        while _saved_g:
-            owner, name, orig = _saved_g.pop()
-            setattr(owner, name, orig)
-        if _count_handle is not None:
-            _count_handle.remove()
-            _count_handle = None
+        _GUARDING.restore()
         _transparent.uninstall()

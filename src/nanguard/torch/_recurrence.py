@@ -89,6 +89,8 @@ class RecurrenceProbe:
     def stop(self) -> None:
         if self._handle is not None:
             self._handle.remove()
+            # torch's handle forgets the hook, not its with_kwargs mark: a stale entry otherwise
+            getattr(_module, "_global_forward_hooks_with_kwargs", {}).pop(self._handle.id, None)
             self._handle = None
 
     def _hook(self, mod: torch.nn.Module, args: Any, kwargs: Any, out: Any) -> None:
