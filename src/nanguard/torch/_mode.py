@@ -67,7 +67,7 @@ def _fmt_dtype(t: torch.Tensor) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
-class LocatorMode(OptimizerSteps, Sinks):
+class LocatorMode(Sinks):
     """The dispatch mode behind :class:`~nanguard.torch.locator.Locator` and the replays."""
 
     def __init__(
@@ -95,7 +95,7 @@ class LocatorMode(OptimizerSteps, Sinks):
         self._window: list[_Deferred] = []
         self._init_place(model, modules)
         self._init_sinks()
-        self._init_optimizer()
+        self.optsteps = OptimizerSteps(self)
 
     def note(self, text: str) -> None:
         """A remark for the finding of a replay (``the model is compiled ...``)."""

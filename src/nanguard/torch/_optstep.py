@@ -1,6 +1,6 @@
 """The optimizer step under the locator: untraced with one fused check, op by op only on failure.
 
-A layer of the locator's dispatch mode (:mod:`._mode`); its two methods are global optimizer
+A part the locator's dispatch mode (:mod:`._mode`) owns; its two methods are global optimizer
 pre/post-step hooks while the locator is active. An optimizer step is dozens of small in-place
 ops per weight: with ``optimizer="fast"`` the step runs untraced on a copy-protected state and one
 fused check follows it. Only when that check fails is the step undone and run again op by op, to
@@ -10,50 +10,51 @@ Closures (LBFGS) run as forward and backward passes again.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from ._place import Place
 from ._stats import all_finite, checkable
+
+if TYPE_CHECKING:
+    from ._mode import LocatorMode
 
 __all__ = ["OptimizerSteps"]
 
 
-class OptimizerSteps(Place):
-    """``optimizer_pre`` / ``optimizer_post``: the optimizer phase of a traced step."""
+class OptimizerSteps:
+    """``pre`` / ``post``: the optimizer phase of a traced step (of the locator ``mode``)."""
 
-    def flush(self) -> None:  # the dispatch layer's (one sync for the deferred checks)
-        raise NotImplementedError
-
-    def _init_optimizer(self) -> None:
+    def __init__(self, mode: LocatorMode) -> None:
+        self.mode = mode
         self._opt_fast: tuple[Any, list[torch.Tensor], dict[Any, dict[str, Any]]] | None = None
 
-    def optimizer_pre(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def pre(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Global optimizer pre-step hook while tracing (see the module docstring)."""
-        self.flush()
-        self.in_optimizer += 1
+        mode = self.mode
+        mode.flush()
+        mode.in_optimizer += 1
         # torch passes the bound call's positional args, the optimizer itself first
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
         if closure is not None:
             def wrapped() -> Any:
-                self.in_optimizer -= 1
+                mode.in_optimizer -= 1
                 try:
                     return closure()
                 finally:
-                    self.in_optimizer += 1
+                    mode.in_optimizer += 1
 
             if "closure" in kwargs:
                 return args, {**kwargs, "closure": wrapped}
             return (args[0], wrapped, *args[2:]), kwargs
         if (
-            self.opts.optimizer == "fast"
-            and self.in_optimizer == 1
+            mode.opts.optimizer == "fast"
+            and mode.in_optimizer == 1
             and self._opt_fast is None
-            and _get_current_dispatch_mode() is self
+            and _get_current_dispatch_mode() is mode
         ):
-            self.__exit__(None, None, None)  # first: the copies below need no tracing
+            mode.__exit__(None, None, None)  # first: the copies below need no tracing
             params = [p for g in opt.param_groups for p in g["params"]]
             with torch.no_grad():
                 saved = {
@@ -64,13 +65,14 @@ class OptimizerSteps(Place):
                 self._opt_fast = (opt, [p.clone() for p in params], saved)
         return None
 
-    def optimizer_post(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def post(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Global optimizer post-step hook while tracing (see the module docstring)."""
-        self.in_optimizer = max(0, self.in_optimizer - 1)
-        self.post_backward = False
+        mode = self.mode
+        mode.in_optimizer = max(0, mode.in_optimizer - 1)
+        mode.post_backward = False
         fast = self._opt_fast
         if fast is None or fast[0] is not opt:
-            self.flush()
+            mode.flush()
             return
         self._opt_fast = None
         params = [p for g in opt.param_groups for p in g["params"]]
@@ -79,17 +81,17 @@ class OptimizerSteps(Place):
         ok = all_finite([*params, *state])
         if not ok:
             _undo(opt, params, fast)
-        self.__enter__()
+        mode.__enter__()
         if ok:
             return
         # ... and run it again, op by op, under this locator
         raw = getattr(type(opt).step, "__wrapped__", None)
-        self.in_optimizer += 1
+        mode.in_optimizer += 1
         try:
             if raw is not None:
                 raw(opt)  # without the hooks: nothing else sees this second run
         finally:
-            self.in_optimizer = max(0, self.in_optimizer - 1)
+            mode.in_optimizer = max(0, mode.in_optimizer - 1)
 
 
 def _undo(

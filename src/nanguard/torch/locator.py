@@ -94,7 +94,7 @@ class Locator:
             stack.install()
         self._handles = [
             _autograd.add_backward_listener(_LocateListener(mode)),
-            _autograd.add_optimizer_listener(mode.optimizer_pre, mode.optimizer_post),
+            _autograd.add_optimizer_listener(mode.optsteps.pre, mode.optsteps.post),
         ]
         mode.__enter__()
         return self
