@@ -3,6 +3,7 @@ of the traced check's numbers) and the run context a diagnosis reads (only after
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from .guard import KerasGuard
 
 __all__ = ["eps_of", "record_reading", "run_context"]
+
+log = logging.getLogger("nanguard")
 
 _HYPER = ("momentum", "beta_1", "beta_2", "weight_decay", "rho", "nesterov")
 
@@ -38,7 +41,8 @@ def run_context(guard: KerasGuard, state: GuardState | None = None) -> RunContex
     if lr is None:
         try:
             lr = float(np.asarray(opt.learning_rate)) * guard.recovery_state.lr_scale
-        except Exception:
+        except Exception:  # a schedule nanguard cannot evaluate here: no learning rate said
+            log.debug("nanguard: cannot read the learning rate", exc_info=True)
             lr = None
     if lr is not None:
         hyper["lr"] = lr

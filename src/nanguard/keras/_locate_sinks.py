@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,8 @@ from ._compat import tf, values_of, var_path
 from ._stats import bad_samples, finding_for, is_finite, tensor_stats, to_numpy
 
 __all__ = ["Origin", "OriginsAndSinks"]
+
+log = logging.getLogger("nanguard")
 
 _SEQ = itertools.count()
 _LOW_ENUMS = {tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum}
@@ -58,6 +61,7 @@ def _input_names(op_type: str, n: int) -> list[str]:
 
         op_def = op_def_registry.get(op_type)
     except Exception:  # an unregistered or function op
+        log.debug("nanguard: no op definition for %s", op_type, exc_info=True)
         op_def = None
     names: list[str] = []
     if op_def is not None:
@@ -88,7 +92,31 @@ def _float32_check(op_type: str, inputs: Sequence[Any], attrs: Any, f: Finding) 
         if fin.size:
             f.details["float32_absmax"] = float(np.abs(fin).max())
     except Exception:  # the op cannot be re-run this way: no evidence, no harm
+        log.debug("nanguard: the float32 re-run of an op failed", exc_info=True)
         return
+
+
+@dataclass
+class _Made:
+    """Where the tensors of the traced step were made: ``id`` -> the op that produced it, the
+    place of a forward op's outputs (and, by its inputs, of its gradient), a backward op's."""
+
+    producer: dict[int, str] = field(default_factory=dict)
+    fwd_out: dict[int, _Where] = field(default_factory=dict)
+    fwd_in: dict[tuple[Any, ...], _Where] = field(default_factory=dict)
+    bwd_out: dict[int, _Where] = field(default_factory=dict)
+
+
+@dataclass
+class _Phase:
+    """Where in the step the locator is: inside a gradient computation, just after one, inside
+    the optimizer's update, busy with its own ops, or told to keep quiet."""
+
+    in_backward: int = 0
+    after_backward: bool = False
+    opt_depth: int = 0
+    busy: bool = False
+    quiet: int = 0
 
 
 class OriginsAndSinks:
@@ -100,12 +128,10 @@ class OriginsAndSinks:
     findings: list[Finding]
     applied: list[Any]
     _tracked: dict[int, Origin]
-    _producer: dict[int, str]
+    made: _Made
+    state: _Phase
     _var_names: dict[int, str]
     _slot_ids: set[int]
-    _in_backward: int
-    _after_backward: bool
-    _busy: bool
 
     def _where(self, phase: str, inputs: Sequence[Any] = ()) -> _Where:
         raise NotImplementedError  # Locator's
@@ -201,7 +227,7 @@ class OriginsAndSinks:
                 continue
             if len(stats) < 6:
                 stats.append(tensor_stats(t, name))
-            p = self._producer.get(t._id)
+            p = self.made.producer.get(t._id)
             if p:
                 producers.append(p)
             if op_type == "Pow" and i == 1 and int(np.prod(t.shape)) == 1:
@@ -230,28 +256,28 @@ class OriginsAndSinks:
 
     def on_gradient_start(self, target: Any) -> None:
         """``tape.gradient(target, ...)`` begins: a non-finite target is a loss that is not."""
-        self._busy = True
+        self.state.busy = True
         try:
             for t in tf.nest.flatten(target):
                 if _float(t) and not is_finite(t):
                     origin = self._tracked.get(t._id) or self._unknown(t, "forward", "the loss")
                     self._reached(origin, "loss")
         finally:
-            self._busy = False
-        self._in_backward += 1
+            self.state.busy = False
+        self.state.in_backward += 1
 
     def on_gradient_abort(self) -> None:
-        self._in_backward = max(0, self._in_backward - 1)
+        self.state.in_backward = max(0, self.state.in_backward - 1)
 
     def on_gradient_end(self, grads: Any, sources: Any) -> None:
-        self._in_backward = max(0, self._in_backward - 1)
-        if not self._in_backward:
-            self._after_backward = True
-        self._busy = True
+        self.state.in_backward = max(0, self.state.in_backward - 1)
+        if not self.state.in_backward:
+            self.state.after_backward = True
+        self.state.busy = True
         try:
             self._check_grads(tf.nest.flatten(grads), tf.nest.flatten(sources))
         finally:
-            self._busy = False
+            self.state.busy = False
 
     def _check_grads(self, grads: Sequence[Any], sources: Sequence[Any]) -> None:
         for g, s in zip(grads, sources):
@@ -270,11 +296,11 @@ class OriginsAndSinks:
             tv = list(trainable_variables) if trainable_variables is not None else list(
                 getattr(opt, "_trainable_variables", [])
             )
-            self._busy = True
+            self.state.busy = True
             try:
                 self._check_grads(list(grads), tv)
             finally:
-                self._busy = False
+                self.state.busy = False
         return None
 
     def _unknown(self, t: Any, phase: str, what: str) -> Origin:

@@ -23,6 +23,7 @@ after its update (without a replay: no batch is known there).
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -50,6 +51,8 @@ from .snapshot import Snapshotter
 from .watch import GuardState, StepStats
 
 __all__ = ["KerasGuard", "attach"]
+
+log = logging.getLogger("nanguard")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -232,7 +235,8 @@ class KerasGuard(GuardHandle):
         try:
             nt = list(self.model.non_trainable_variables)
             mv = list(self.model.metrics_variables)
-        except Exception:
+        except Exception:  # a model not built yet: its state is bound when it is
+            log.debug("nanguard: the model's state variables cannot be read yet", exc_info=True)
             return [], []
         return nt, mv
 
@@ -440,6 +444,7 @@ def _used_scale(wrapper: Any) -> float | None:
         return None
     try:
         v = 2.0 * float(var.numpy() if hasattr(var, "numpy") else var)
-    except Exception:
+    except Exception:  # a scale nanguard cannot read: unknown
+        log.debug("nanguard: cannot read the loss scale", exc_info=True)
         return None
     return v if math.isfinite(v) else None

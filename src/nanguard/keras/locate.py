@@ -29,6 +29,7 @@ optimizer phase. The finding is the origin whose values got there.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -39,10 +40,12 @@ from ..core.ops import OpTraits, on_traits_change, op_traits
 from ..core.source import SourceLocation, user_frame
 from . import _patches
 from ._compat import run_eagerly, tf, var_handle_id, var_path
-from ._locate_sinks import Origin, OriginsAndSinks, _float, _Where
+from ._locate_sinks import Origin, OriginsAndSinks, _float, _Made, _Phase, _Where
 from ._stats import bad_samples, counts, finding_for, is_finite, to_numpy
 
 __all__ = ["Locator", "locate"]
+
+log = logging.getLogger("nanguard")
 
 _ASSIGN = frozenset({"AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp"})
 _TRAITS: dict[str, OpTraits] = {}  # TF op type -> traits from the core table (cached per type)
@@ -100,19 +103,12 @@ class Locator(OriginsAndSinks):
         self.applied: list[Any] = []  # optimizers whose update the replay intercepted
         self.errors: list[str] = []
         self._tracked: dict[int, Origin] = {}
-        self._producer: dict[int, str] = {}
-        self._fwd_out: dict[int, _Where] = {}
-        self._fwd_in: dict[tuple[Any, ...], _Where] = {}
-        self._bwd_out: dict[int, _Where] = {}
+        self.made = _Made()
         self._layers: list[tuple[Any, str]] = []
         self._bwd: list[tuple[_Where | None, str | None]] = []
         self._var_names: dict[int, str] = {}
         self._slot_ids: set[int] = set()
-        self._in_backward = 0
-        self._after_backward = False
-        self._opt_depth = 0
-        self._busy = False
-        self._quiet = 0
+        self.state = _Phase()
         self._orig_grad_fn: Any = None
         self._active = False
         self._last_exit: tuple[Any, str] | None = None
@@ -173,45 +169,45 @@ class Locator(OriginsAndSinks):
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
         """Ops run by nanguard itself (the watch tier's check) are not the user's."""
-        self._quiet += 1
+        self.state.quiet += 1
         try:
             yield
         finally:
-            self._quiet -= 1
+            self.state.quiet -= 1
 
     @contextlib.contextmanager
     def loud(self) -> Iterator[None]:
-        q, self._quiet = self._quiet, 0
+        q, self.state.quiet = self.state.quiet, 0
         try:
             yield
         finally:
-            self._quiet = q
+            self.state.quiet = q
 
     @contextlib.contextmanager
     def optimizer_phase(self, opt: Any) -> Iterator[None]:
         """The optimizer's update: its ops are the optimizer phase; its writes are sinks."""
         self.add_variables(getattr(opt, "variables", []), slots=True)
-        self._opt_depth += 1
+        self.state.opt_depth += 1
         try:
             yield
         finally:
-            self._opt_depth -= 1
-            if not self._opt_depth:
+            self.state.opt_depth -= 1
+            if not self.state.opt_depth:
                 self._end_of_step()
 
     def _end_of_step(self) -> None:
-        self._after_backward = False
-        self._fwd_out.clear()
-        self._fwd_in.clear()
-        self._bwd_out.clear()
+        self.state.after_backward = False
+        self.made.fwd_out.clear()
+        self.made.fwd_in.clear()
+        self.made.bwd_out.clear()
         if self.step is not None and self.detected_by == "trace":
             self.step += 1
 
     # --- phase and place --------------------------------------------------------------------------
     def phase(self) -> str:
-        if self._bwd or self._in_backward:
+        if self._bwd or self.state.in_backward:
             return "backward"
-        if self._opt_depth or self._after_backward:
+        if self.state.opt_depth or self.state.after_backward:
             return "optimizer"
         return "forward"
 
@@ -231,7 +227,7 @@ class Locator(OriginsAndSinks):
             # the tape's own ops (AddN summing the gradients of a tensor used several times):
             # where the gradients they combine were made
             for t in inputs:
-                w = self._bwd_out.get(getattr(t, "_id", -1))
+                w = self.made.bwd_out.get(getattr(t, "_id", -1))
                 if w is not None:
                     return _Where(w.path, w.typ, w.source, w.code, None)
         path, typ = self._layer_path()
@@ -240,7 +236,7 @@ class Locator(OriginsAndSinks):
 
     # --- layer stack (from the Layer.__call__ hook) -----------------------------------------------
     def enter_layer(self, layer: Any) -> None:
-        if not self._layers and self._after_backward and not self._in_backward:
+        if not self._layers and self.state.after_backward and not self.state.in_backward:
             self._end_of_step()  # a new forward pass begins
         parent = self._layers[-1][1] if self._layers else None
         path = f"{parent}/{layer.name}" if parent else str(layer.name)
@@ -259,10 +255,10 @@ class Locator(OriginsAndSinks):
         """Evidence for bad initialization: the output scale of each layer with weights."""
         if self.phase() != "forward" or not getattr(layer, "_trainable_variables", None):
             return
-        if len(self.activation_scale) >= 64 or self._busy:
+        if len(self.activation_scale) >= 64 or self.state.busy:
             return
         path = self._last_exit[1] if self._last_exit is not None else str(layer.name)
-        self._busy = True
+        self.state.busy = True
         try:
             best = 0.0
             for t in tf.nest.flatten(out):
@@ -274,10 +270,10 @@ class Locator(OriginsAndSinks):
                     if not np.isfinite(a).all():
                         best = float("inf")
             self.activation_scale.append((path, best))
-        except Exception:
-            pass
+        except Exception:  # a layer output nanguard cannot read: no scale for it
+            log.debug("nanguard: cannot read a layer's output scale", exc_info=True)
         finally:
-            self._busy = False
+            self.state.busy = False
 
     # --- the backward link -------------------------------------------------------------------------
     def _gradient_function(
@@ -295,19 +291,20 @@ class Locator(OriginsAndSinks):
             op_name = op_name.decode()
         rec: _Where | None = None
         for o in outputs or ():
-            if o is not None and hasattr(o, "_id") and o._id in self._fwd_out:
-                rec = self._fwd_out[o._id]
+            if o is not None and hasattr(o, "_id") and o._id in self.made.fwd_out:
+                rec = self.made.fwd_out[o._id]
                 break
         if rec is None and inputs:
             key = (op_name, *(getattr(i, "_id", None) for i in inputs))
-            rec = self._fwd_in.get(key)
+            rec = self.made.fwd_in.get(key)
         gname: str | None = None
         try:
             from tensorflow.python.framework import ops
 
             fn = ops._gradient_registry.lookup(op_name)
             gname = getattr(fn, "__name__", None)
-        except Exception:
+        except Exception:  # no registered gradient function: named after the op
+            log.debug("nanguard: no gradient function for %s", op_name, exc_info=True)
             gname = None
         self._bwd.append((rec, gname or f"{op_name}Grad"))
         try:
@@ -328,15 +325,15 @@ class Locator(OriginsAndSinks):
         op_name: str | None = None,
         graph: Any = None,
     ) -> None:
-        if graph is not None or self._busy or self._quiet or not self._active:
+        if graph is not None or self.state.busy or self.state.quiet or not self._active:
             return None
         if isinstance(op_type, bytes):  # some eager fast paths pass the op type as bytes
             op_type = op_type.decode()
-        self._busy = True
+        self.state.busy = True
         try:
             self._on_op(op_type, tuple(inputs or ()), attrs, tuple(outputs or ()))
         finally:
-            self._busy = False
+            self.state.busy = False
         return None
 
     def _on_op(self, op_type: str, inputs: tuple[Any, ...], attrs: Any, outputs: tuple[Any, ...]) -> None:
@@ -346,18 +343,18 @@ class Locator(OriginsAndSinks):
             where = self._where(phase)
             for o in outputs:
                 if hasattr(o, "_id"):
-                    self._fwd_out[o._id] = where
+                    self.made.fwd_out[o._id] = where
             key = (op_type, *(getattr(i, "_id", None) for i in inputs))
-            self._fwd_in[key] = where
+            self.made.fwd_in[key] = where
         for o in outputs:
             if hasattr(o, "_id"):
-                self._producer[o._id] = op_type
+                self.made.producer[o._id] = op_type
         if phase == "backward" and outputs:
             w_b = self._where(phase, inputs)
             if w_b.path is not None:
                 for o in outputs:
                     if hasattr(o, "_id"):
-                        self._bwd_out[o._id] = w_b
+                        self.made.bwd_out[o._id] = w_b
 
         if op_type in _ASSIGN and phase == "optimizer" and len(inputs) >= 2:
             self._check_write(op_type, inputs, phase)

@@ -10,6 +10,7 @@ replay may touch (model state, metrics, optimizer state) is restored bit for bit
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,8 @@ from .locate import Locator
 from .watch import clear_losses
 
 __all__ = ["replay", "state_variables"]
+
+log = logging.getLogger("nanguard")
 
 
 def state_variables(model: Any, optimizers: Sequence[Any]) -> list[Any]:
@@ -46,8 +49,8 @@ def state_variables(model: Any, optimizers: Sequence[Any]) -> list[Any]:
         gen = global_state.get_global_attribute("global_seed_generator")
         if gen is not None:
             add([gen.state])
-    except Exception:
-        pass
+    except Exception:  # a Keras without a global seed generator
+        log.debug("nanguard: no global seed generator", exc_info=True)
     return out
 
 

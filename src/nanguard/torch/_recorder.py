@@ -233,6 +233,38 @@ class _Tape(TorchDispatchMode):
         return rec._tape_op(func, args, kwargs)
 
 
+@dataclass
+class StepFacts:
+    """What the recorder learned of the step in progress; a new one at each step."""
+
+    #: the tape filled after the forward began: the recorder stood aside for the rest
+    truncated: bool = False
+    #: a rollout with grad (see :class:`StepRecorder`): nothing more is recorded in the step
+    lean: bool = False
+    #: did the recorder stand aside at some point (ops then made values it did not see), and
+    #: did a ``DataLoader`` hand out a batch?
+    stood_aside: bool = False
+    loaded_batch: bool = False
+    #: what the loss's autograd graph showed when ``backward()`` was called on a non-finite
+    #: loss of a step the tape did not keep whole (``_graph_origin``)
+    graph_finding: Finding | None = None
+    #: has this step's forward pass begun (a model call, an op on a tensor that requires grad)?
+    forward_started: bool = False
+    #: storages allocated by this step's ops before its forward
+    fresh: set[int] = dataclasses.field(default_factory=set)
+    #: forwards that built no graph (``no_grad``: an environment step, evaluation): the first is
+    #: recorded (a target network's output may feed the loss); from the second on neither they
+    #: nor the ops between them are, until a forward builds a graph again (``disarmed``)
+    nograd_calls: int = 0
+    disarmed: bool = False
+    #: ``id`` of each ``.grad`` of the watched weights, kept until the next backward or step
+    grad_ids: dict[int, weakref.ref[torch.Tensor]] | None = None
+    #: per module, its forwards with grad since the last ``backward()`` whose inputs no earlier
+    #: model call of the step made; from a module's :data:`LEAN_AFTER`-th on the step is ``lean``
+    grad_calls: dict[int, int] = dataclasses.field(default_factory=dict)
+    pending_root: RootCall | None = None
+
+
 class StepRecorder:
     """Keeps the events of the current step (see the module docstring).
 
@@ -255,7 +287,6 @@ class StepRecorder:
         self.modules = modules
         self.max_events = max_events
         self.events: list[Event] = []
-        self.truncated = False
         self.paused = 0
         self._made = MadeRefs()  # tensor -> Ref
         self._tape = _Tape(self)
@@ -268,35 +299,44 @@ class StepRecorder:
         #: told when the step's forwards stop building a graph (the second ``no_grad`` model
         #: call: an evaluation loop, a rollout) and when one builds a graph again
         self.on_quiet: Callable[[bool], None] | None = None
-        #: ``id`` of each ``.grad`` of the watched weights (set by the guard), and its answer,
-        #: kept until the next backward or step
+        #: the ``.grad`` of each watched weight (set by the guard)
         self.grads_now: Callable[[], list[torch.Tensor]] | None = None
-        self._grad_ids: dict[int, weakref.ref[torch.Tensor]] | None = None
-        self._pending_root: RootCall | None = None
         #: (storage, shape, dtype) of what the model calls of this step / the previous one
         #: returned: a model input that is one of them is state the script carries across steps
         self._outputs: set[tuple[int, tuple[int, ...], torch.dtype]] = set()
         self.prev_outputs: set[tuple[int, tuple[int, ...], torch.dtype]] = set()
-        self._forward_started = False  # has this step's forward pass begun (a model call, an op
-        # on a tensor that requires grad)?
-        self._fresh: set[int] = set()
-        #: forwards that built no graph this step (``no_grad``: an environment step, evaluation):
-        #: the first is recorded (a target network's output may feed the loss); from the second
-        #: on neither they nor the ops between them are, until a forward builds a graph again
-        self._nograd_calls = 0
-        self._disarmed = self.modules.quiet = False
-        #: per module, its forwards with grad since the last ``backward()`` whose inputs no
-        #: earlier model call of the step made (a rollout's, not a recurrence's); from a module's
-        #: :data:`LEAN_AFTER`-th on the step is ``lean``: nothing more is recorded in it
-        self._grad_calls: dict[int, int] = {}
-        self.lean = False
-        #: what the loss's autograd graph showed when ``backward()`` was called on a non-finite
-        #: loss of a step the tape did not keep whole (``_graph_origin``)
-        self.graph_finding: Finding | None = None
-        #: did the recorder stand aside at some point of this step (ops then made values it did
-        #: not see), and did a ``DataLoader`` hand out a batch in it?
-        self.stood_aside = False
-        self.loaded_batch = False
+        #: what the recorder learned of the step in progress (new for each step)
+        self.facts = StepFacts()
+        self.modules.quiet = False
+
+    # --- the step's facts, as the guard reads them ------------------------------------------------
+    @property
+    def truncated(self) -> bool:
+        return self.facts.truncated
+
+    @property
+    def lean(self) -> bool:
+        return self.facts.lean
+
+    @property
+    def stood_aside(self) -> bool:
+        return self.facts.stood_aside
+
+    @property
+    def loaded_batch(self) -> bool:
+        return self.facts.loaded_batch
+
+    @loaded_batch.setter
+    def loaded_batch(self, value: bool) -> None:
+        self.facts.loaded_batch = value
+
+    @property
+    def graph_finding(self) -> Finding | None:
+        return self.facts.graph_finding
+
+    @graph_finding.setter
+    def graph_finding(self, value: Finding | None) -> None:
+        self.facts.graph_finding = value
 
     # --- tape push/pop --------------------------------------------------------------------------
     @property
@@ -304,8 +344,8 @@ class StepRecorder:
         return self._tape_on
 
     def tape_on(self) -> None:
-        if (self._tape_on or not self.enabled or not self.resume_tape or self.paused or self._disarmed
-                or self.truncated):
+        if (self._tape_on or not self.enabled or not self.resume_tape or self.paused or self.facts.disarmed
+                or self.facts.truncated):
             return
         self._tape.__enter__()
         self._tape_on = True
@@ -351,22 +391,14 @@ class StepRecorder:
     def new_step(self) -> None:
         self.prev_outputs, self._outputs = self._outputs, set()
         self.events = []
-        self.truncated = False
         self._made = MadeRefs()
-        self._forward_started = False
-        self._fresh = set()  # storages allocated by this step's ops before its forward
-        self._nograd_calls = 0
-        self._disarmed = self.modules.quiet = False
-        self.stood_aside = self.loaded_batch = False
-        self._grad_ids = None
-        self._grad_calls = {}
-        self.lean = False
-        self.graph_finding = None
+        self.facts = StepFacts()
+        self.modules.quiet = False
 
     @property
     def incomplete(self) -> bool:
         """Did this step's tape lose events it needed (full, or lean)? A replay cannot re-run it."""
-        return self.truncated or self.lean
+        return self.facts.truncated or self.facts.lean
 
     def _spec(self, obj: Any) -> Any:
         """``obj`` with each tensor an earlier event made replaced by its :class:`Ref`."""
@@ -391,13 +423,13 @@ class StepRecorder:
 
     def _append(self, ev: Event) -> int:
         if len(self.events) >= self.max_events:
-            if not self._forward_started and not isinstance(ev, RootCall):
+            if not self.facts.forward_started and not isinstance(ev, RootCall):
                 # set-up before the forward pass (a 400-layer model's initialisation fills the
                 # tape): none of it is needed to re-run the step; its results become inputs
                 self.events = []
                 self._made = MadeRefs()
             else:
-                self.truncated = self.stood_aside = True  # see the class docstring
+                self.facts.truncated = self.facts.stood_aside = True  # see the class docstring
                 return -1
         self.events.append(ev)
         return len(self.events) - 1
@@ -414,17 +446,17 @@ class StepRecorder:
         mutated = mutated_args(func, args, kwargs) if info[1] else []
         external = [t for t in mutated if self._made.get(t) is None]
         prelude = None
-        flat_args = _flat(args) if not self._forward_started else []
-        if not self._forward_started:
+        flat_args = _flat(args) if not self.facts.forward_started else []
+        if not self.facts.forward_started:
             # before this step's forward pass, an in-place write into memory this step did not
             # allocate (``p.data -= lr * p.grad`` writes through a detached alias of p) is the last
             # step's update or gradient zeroing
-            aliased = [t for t in mutated if storage_key(t) not in self._fresh]
+            aliased = [t for t in mutated if storage_key(t) not in self.facts.fresh]
             if aliased:
                 prelude = aliased
             elif (torch.is_grad_enabled() and _builds_graph(func)
                   and any(getattr(a, "requires_grad", False) for a in flat_args)):
-                self._forward_started = True
+                self.facts.forward_started = True
         if prelude is None and external:
             # an in-place op on a tensor from outside the step: keep what it overwrote (one walk
             # for all of them) — but not of a gradient (``clip_grad_norm_`` scales them all at
@@ -442,19 +474,19 @@ class StepRecorder:
         out = func(*args, **kwargs) if run is None else run()
         if idx >= 0:
             ev.n_out = self._register_outputs(idx, mutated if mutated else _flat(out))
-        if not self._forward_started:
+        if not self.facts.forward_started:
             ins = {storage_key(a) for a in flat_args}
-            self._fresh.update(k for k in (storage_key(t) for t in _flat(out)) if k not in ins)
+            self.facts.fresh.update(k for k in (storage_key(t) for t in _flat(out)) if k not in ins)
         return out
 
     def _is_gradient(self, t: torch.Tensor) -> bool:
         """Is ``t`` the ``.grad`` of a watched weight? The gradients (``grads_now``) are listed
         once per backward, held weakly (an ``id`` freed since is no match), and only when an
         in-place op outside modules writes a tensor from outside."""
-        if self._grad_ids is None:
+        if self.facts.grad_ids is None:
             grads = self.grads_now() if self.grads_now is not None else []
-            self._grad_ids = {id(g): weakref.ref(g) for g in grads}
-        ref = self._grad_ids.get(id(t))
+            self.facts.grad_ids = {id(g): weakref.ref(g) for g in grads}
+        ref = self.facts.grad_ids.get(id(t))
         return ref is not None and ref() is t
 
     def record_call(self, fn: Any, args: Any, kwargs: Any, run: Callable[[], Any] | None = None) -> Any:
@@ -466,36 +498,36 @@ class StepRecorder:
 
     def root_enter(self, mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.tape_off()
-        if self.paused or not self.enabled or self.truncated or self.lean:
+        if self.paused or not self.enabled or self.facts.truncated or self.facts.lean:
             return
         grad = torch.is_grad_enabled()
         if not grad:
-            self._nograd_calls += 1
+            self.facts.nograd_calls += 1
             # not under inference_mode: it restores the whole dispatch-key set when it exits, so
             # a tape popped inside it and left off would leave the Python key on with no mode
             # (torch's INTERNAL ASSERT at the next factory call); there every call stays balanced
-            if self._nograd_calls > 1 and not torch.is_inference_mode_enabled():
-                self._disarmed = True  # many forwards without a graph: an RL rollout, an eval loop
-                self.modules.quiet = self.stood_aside = True
-                self._pending_root = None
+            if self.facts.nograd_calls > 1 and not torch.is_inference_mode_enabled():
+                self.facts.disarmed = True  # many forwards without a graph: an RL rollout, an eval loop
+                self.modules.quiet = self.facts.stood_aside = True
+                self.facts.pending_root = None
                 if self.on_quiet is not None:
                     self.on_quiet(True)
                 return
         else:
-            if self._disarmed and self.on_quiet is not None:
+            if self.facts.disarmed and self.on_quiet is not None:
                 self.on_quiet(False)
-            self._disarmed = self.modules.quiet = False
+            self.facts.disarmed = self.modules.quiet = False
         sargs, skw = self._spec(args), self._spec(kwargs)
         if grad and not self._from_model((sargs, skw)):
-            n = self._grad_calls[id(mod)] = self._grad_calls.get(id(mod), 0) + 1
+            n = self.facts.grad_calls[id(mod)] = self.facts.grad_calls.get(id(mod), 0) + 1
             if n >= LEAN_AFTER:
-                self.lean = self._disarmed = self.stood_aside = True  # a rollout with grad
-                self._pending_root = None
+                self.facts.lean = self.facts.disarmed = self.facts.stood_aside = True  # a rollout with grad
+                self.facts.pending_root = None
                 return
-        self._forward_started = True
+        self.facts.forward_started = True
         ev = RootCall(mod, sargs, skw, grad, user_frame(3), RngState.capture(),
                       autocast=autocast_state())
-        self._pending_root = ev
+        self.facts.pending_root = ev
 
     def _from_model(self, spec: Any) -> bool:
         """Do the recorded arguments of a model call derive from an earlier model call of this
@@ -515,7 +547,7 @@ class StepRecorder:
         return False
 
     def root_exit(self, mod: nn.Module, output: Any) -> None:
-        ev = self._pending_root
+        ev = self.facts.pending_root
         if ev is not None and ev.module is mod and not self.paused:
             idx = self._append(ev)
             if idx >= 0:
@@ -523,16 +555,16 @@ class StepRecorder:
                 ev.n_out = self._register_outputs(idx, outs)
                 if ev.grad_enabled:  # a training forward (not the many no_grad ones of RL)
                     self._outputs.update(_carry_key(t) for t in outs if t.is_floating_point())
-        self._pending_root = None
+        self.facts.pending_root = None
         if not self.paused:
             self.tape_on()
 
     def backward(self, kind: str, roots: Any, grads: Any, inputs: Any) -> None:
         """Just before a ``backward()`` runs: its roots join the tape (not on a lean step, whose
         loss was made by ops nothing recorded: no replay re-runs it)."""
-        self._grad_calls = {}
-        self._grad_ids = None  # the backward may make new gradient tensors
-        if not self.enabled or self.lean:
+        self.facts.grad_calls = {}
+        self.facts.grad_ids = None  # the backward may make new gradient tensors
+        if not self.enabled or self.facts.lean:
             return
         self._append(Backward(kind, self._spec(list(roots)), self._spec(list(grads)),
                               inputs, user_frame(4)))
