@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import fields
+from typing import Any
 
 from nanguard.core.case import Case, Diagnosis, RunContext
-from nanguard.core.evidence import Evidence, MaskSource, Sample
+from nanguard.core.evidence import Evidence, Headroom, MaskSource, Notes, Provenance, Sample, Update
 from nanguard.core.finding import TensorStats
 from nanguard.core.phrases import phrasebook
 from nanguard.core.taxonomy import Cause
@@ -51,9 +53,27 @@ def _ctx(fw: str, **kw: object) -> RunContext:
     return RunContext(framework=fw, **kw)  # type: ignore[arg-type]
 
 
+#: the group of each typed ``details`` field of :class:`Evidence` (``clip_total_norm``: ``update``)
+_GROUPS = {"provenance": Provenance, "update": Update, "headroom": Headroom, "notes": Notes}
+_GROUP_OF = {f.name: g for g, cls in _GROUPS.items() for f in fields(cls)}
+
+
+def evidence(**flat: Any) -> Evidence:
+    """:class:`Evidence` from flat field names (``phase=``, ``clip_total_norm=``, ``samples=``):
+    each typed ``details`` field goes into its group."""
+    own: dict[str, Any] = {}
+    groups: dict[str, dict[str, Any]] = {g: {} for g in _GROUPS}
+    for k, v in flat.items():
+        if k in _GROUP_OF:
+            groups[_GROUP_OF[k]][k] = v
+        else:
+            own[k] = v
+    return Evidence(**own, **{g: _GROUPS[g](**kw) for g, kw in groups.items()})
+
+
 def case(fw: str, trend: Trends = CALM, ctx: RunContext | None = None, **ev: object) -> Case:
-    """A case of ``fw`` from evidence fields (``phase`` is required)."""
-    return Case(ev=Evidence(framework=fw, **ev), trend=trend,  # type: ignore[arg-type]
+    """A case of ``fw`` from evidence fields, flat (``phase`` is required)."""
+    return Case(ev=evidence(framework=fw, **ev), trend=trend,
                 ctx=ctx or _ctx(fw, optimizer="SGD", hyper={"lr": 0.01}), say=phrasebook(fw))
 
 

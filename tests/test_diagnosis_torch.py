@@ -71,6 +71,6 @@ def test_a_clip_overflow_is_marked_by_the_norm_clip_returned() -> None:
             opt.step()
     f, d = info.value.finding, info.value.diagnosis
     ev = f.evidence
-    assert ev.clip_total_norm is not None and not math.isfinite(ev.clip_total_norm)
+    assert ev.update.clip_total_norm is not None and not math.isfinite(ev.update.clip_total_norm)
     assert ev.clip_overflow and d is not None and d.rule == "clip_norm_overflowed"
     assert d.cause is Cause.EXPLODING_GRADIENTS

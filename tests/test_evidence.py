@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from nanguard.core.evidence import Evidence, MaskSource, Sample
+from nanguard.core.evidence import Evidence, MaskSource, Sample, Update
 from nanguard.core.finding import Finding, TensorStats
 from nanguard.core.history import History, StepRecord
 from nanguard.core.runlog import event_dict
@@ -63,22 +63,24 @@ def test_evidence_survives_the_run_log(f: Finding) -> None:
 
 def test_details_are_typed() -> None:
     ev = Evidence.of(FINDINGS[0])
-    assert ev.origin == "data" and ev.input_name == "x" and ev.entered == "conv (Conv2d)"
-    assert ev.samples == (Sample(5, "NaN", ((0, 1, 2), (0, 2, 2))), Sample(6, "Inf", None))
-    assert ev.other == {"batch_final": True}
+    came = ev.provenance
+    assert came.origin == "data" and came.input_name == "x" and came.entered == "conv (Conv2d)"
+    assert came.samples == (Sample(5, "NaN", ((0, 1, 2), (0, 2, 2))), Sample(6, "Inf", None))
+    assert ev.notes.other == {"batch_final": True}
     ev = Evidence.of(FINDINGS[1])
-    assert ev.first_step and ev.producers == ["softmax"] and ev.op_name == "log"
-    assert ev.activation_scale[0] == ("fc1", 2.0) and math.isnan(ev.activation_scale[1][1])
+    assert ev.headroom.first_step and ev.producers == ["softmax"] and ev.op_name == "log"
+    scale = ev.headroom.activation_scale
+    assert scale[0] == ("fc1", 2.0) and math.isnan(scale[1][1])
     assert ev.activation_peak == math.inf  # a NaN says nothing about scale; inf is the largest
     ev = Evidence.of(FINDINGS[2])
-    assert ev.grads_finite is True and ev.grad_norm == math.inf
-    assert ev.optimizer_state == ("fc.weight:exp_avg_sq",) and ev.note == "not replayed"
+    assert ev.update.grads_finite is True and ev.update.grad_norm == math.inf
+    assert ev.provenance.optimizer_state == ("fc.weight:exp_avg_sq",) and ev.notes.note == "not replayed"
     ev = Evidence.of(FINDINGS[3])
     assert ev.clip_overflow and ev.forward_op == "norm"  # canonical
-    assert ev.float32_finite is False and ev.float32_absmax == 7e4
+    assert ev.headroom.float32_finite is False and ev.headroom.float32_absmax == 7e4
     ev = Evidence.of(FINDINGS[4])
-    assert ev.masked_inf == MaskSource("aten.masked_fill.Scalar", "a.py:9", "attn")
-    assert ev.constant == "-inf" and ev.parameters == ()
+    assert ev.provenance.masked_inf == MaskSource("aten.masked_fill.Scalar", "a.py:9", "attn")
+    assert ev.provenance.constant == "-inf" and ev.provenance.parameters == ()
 
 
 def test_numbers_written_as_strings_by_the_run_log_are_read_back() -> None:
@@ -86,12 +88,12 @@ def test_numbers_written_as_strings_by_the_run_log_are_read_back() -> None:
                 details={"grad_norm": "inf", "clip_total_norm": "nan",
                          "activation_scale": [["fc", "-inf"]]})
     ev = Evidence.of(f)
-    assert ev.grad_norm == math.inf and ev.clip_overflow
-    assert ev.activation_scale == (("fc", -math.inf),)
+    assert ev.update.grad_norm == math.inf and ev.clip_overflow
+    assert ev.headroom.activation_scale == (("fc", -math.inf),)
 
 
 def test_a_finite_clip_norm_is_no_overflow() -> None:
-    assert not Evidence(phase="backward", clip_total_norm=3.0).clip_overflow
+    assert not Evidence(phase="backward", update=Update(clip_total_norm=3.0)).clip_overflow
     assert not Evidence(phase="backward").clip_overflow
 
 

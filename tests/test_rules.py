@@ -101,9 +101,10 @@ def test_clip_norm_overflowed_reads_the_typed_marker() -> None:
     assert "clip_grad_value_" in d.fixes[0]
     assert "single gradient entries reached 3e+37" in d.evidence
     # the prose of the sink is not evidence: only the returned norm is
-    assert optimizer.clip_norm_overflowed(replace(c, ev=replace(c.ev, clip_total_norm=None,
-                                                                sink="clip_grad_norm_"))) is None
-    assert optimizer.clip_norm_overflowed(replace(c, ev=replace(c.ev, clip_total_norm=5.0))) is None
+    prose = replace(c.ev.update, clip_total_norm=None, sink="clip_grad_norm_")
+    assert optimizer.clip_norm_overflowed(replace(c, ev=replace(c.ev, update=prose))) is None
+    finite = replace(c.ev.update, clip_total_norm=5.0)
+    assert optimizer.clip_norm_overflowed(replace(c, ev=replace(c.ev, update=finite))) is None
 
 
 def test_optimizer_rules() -> None:
@@ -135,11 +136,13 @@ def test_low_precision_overflow() -> None:
     assert d.evidence[1] == "in float32 the same op gives values up to 7.1e+04, above the float16 maximum 6.55e+04"
     assert d.fixes[1] == "model.fc1.float()  # run this module in float32"
     # finite in float32 but below the float16 maximum (an overflow inside the op): no false "above"
-    inside = precision.low_precision_overflow(replace(c, ev=replace(c.ev, float32_absmax=100.0)))
+    below = replace(c.ev.headroom, float32_absmax=100.0)
+    inside = precision.low_precision_overflow(replace(c, ev=replace(c.ev, headroom=below)))
     assert inside is not None and inside.evidence[1] == "in float32 the same op stays finite"
     f32 = replace(c, ev=replace(c.ev, dtype="float32"))
     assert precision.low_precision_overflow(f32) is None
-    overflow32 = replace(c, ev=replace(c.ev, float32_finite=False, float32_absmax=None))
+    overflow32 = replace(c, ev=replace(c.ev, headroom=replace(c.ev.headroom, float32_finite=False,
+                                                               float32_absmax=None)))
     assert precision.low_precision_overflow(overflow32) is None
 
 
@@ -194,7 +197,8 @@ def test_backward_singularities(grad_fn: str, summary: str) -> None:
     d = singular.op_at_singularity(c)
     assert d is not None and d.summary.startswith(summary)
     assert "the forward pass was finite; the value was made in the backward" in d.evidence[-1]
-    custom = replace(c, ev=replace(c.ev, custom_function="MyFn", op="aten.mul.Tensor"))
+    custom = replace(c, ev=replace(c.ev, op="aten.mul.Tensor",
+                                   provenance=replace(c.ev.provenance, custom_function="MyFn")))
     assert singular.op_at_singularity(custom) is None  # a custom backward is judged as written
 
 
@@ -294,7 +298,8 @@ def test_the_order_of_the_table_decides_overlapping_cases() -> None:
     data = replace(c["op_at_singularity"], ev=replace(c["op_at_singularity"].ev, phase="data"))
     assert diagnose_case(data).rule == "batch_holds_nonfinite"
     # a float16 log that float32 would keep finite is low precision, not the singular point
-    lp = replace(c["op_at_singularity"].ev, dtype="float16", float32_finite=True)
+    sing = c["op_at_singularity"].ev
+    lp = replace(sing, dtype="float16", headroom=replace(sing.headroom, float32_finite=True))
     assert diagnose_case(replace(c["op_at_singularity"], ev=lp)).rule == "low_precision_overflow"
     # a singular op at the first step is the op, not the initialization
     first = replace(c["op_at_singularity"], trend=FIRST)

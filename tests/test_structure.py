@@ -98,3 +98,85 @@ def test_no_class_over_400_lines_and_no_function_over_80(kind: str) -> None:
     limit = 400 if kind == "class" else 80
     over = [f"{p}: {name} is {n} lines" for p, name, n, lim in _sizes() if lim == limit and n > lim]
     assert not over, "\n".join(over)
+
+
+def _classes() -> list[tuple[str, ast.ClassDef]]:
+    return [(str(p.relative_to(SRC)), node) for p in _modules()
+            for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.ClassDef)]
+
+
+def _base_name(b: ast.expr) -> str | None:
+    if isinstance(b, ast.Name):
+        return b.id
+    if isinstance(b, ast.Attribute):
+        return b.attr
+    if isinstance(b, ast.Subscript):  # Generic[T], Protocol[T]
+        return _base_name(b.value)
+    return None
+
+
+def test_no_class_inherits_from_more_than_one_class_of_ours() -> None:
+    """Parts are composed, not stacked as mixins that share state."""
+    ours = {node.name for _, node in _classes()}
+    bad = []
+    for path, node in _classes():
+        mine = [n for n in (_base_name(b) for b in node.bases) if n in ours]
+        if len(mine) > 1:
+            bad.append(f"{path}: {node.name}({', '.join(mine)})")
+    assert not bad, "classes with several bases of ours:\n" + "\n".join(bad)
+
+
+def _instance_attributes(node: ast.ClassDef) -> set[str]:
+    """``self.x = ...`` anywhere in the class, and the fields a dataclass body declares."""
+    names: set[str] = set()
+    for n in ast.walk(node):
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(
+            n, (ast.AnnAssign, ast.AugAssign)) else []
+        for t in targets:
+            for e in ast.walk(t):
+                if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+                    names.add(e.attr)
+    for stmt in node.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and \
+                "ClassVar" not in ast.unparse(stmt.annotation):
+            names.add(stmt.target.id)
+    return names
+
+
+def test_no_class_holds_more_than_20_instance_attributes() -> None:
+    over = [f"{p}: {node.name} has {len(a)}" for p, node in _classes()
+            if len(a := _instance_attributes(node)) > 20]
+    assert not over, "\n".join(over)
+
+
+def test_findings_are_made_in_at_most_two_modules() -> None:
+    """A Finding is built in one place per framework (``finding_for``), not wherever needed."""
+    makers = set()
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and _base_name(node.func) == "Finding":
+                makers.add(str(path.relative_to(SRC)))
+    assert len(makers) <= 2, sorted(makers)
+
+
+_HANDLED = ("raise", "log.", "logger.", "internal_error(", "print_exc(")
+
+
+def test_every_broad_except_logs_reraises_or_reports() -> None:
+    """An error swallowed in silence would let a bug of ours pass for a fact about the run: a
+    handler of ``Exception`` logs it, re-raises it, hands it to ``internal_error`` or passes the
+    error itself on (a report that names it)."""
+    bad = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ExceptHandler):
+                continue
+            caught = {e.id for e in ast.walk(node.type) if isinstance(e, ast.Name)} if node.type else {"bare"}
+            if not caught & {"Exception", "BaseException", "bare"}:
+                continue
+            body = ast.unparse(ast.Module(body=node.body, type_ignores=[]))
+            uses_error = node.name is not None and any(
+                isinstance(e, ast.Name) and e.id == node.name for s in node.body for e in ast.walk(s))
+            if not uses_error and not any(h in body for h in _HANDLED):
+                bad.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert not bad, "broad excepts that swallow silently:\n" + "\n".join(bad)

@@ -132,7 +132,7 @@ class Case:
     @property
     def first_step(self) -> bool:
         """No update had been applied before the failing step."""
-        return self.ev.first_step or self.ev.step == 0 or self.trend.healthy_steps == 0
+        return self.ev.headroom.first_step or self.ev.step == 0 or self.trend.healthy_steps == 0
 
     @property
     def shown(self) -> str:

@@ -2,11 +2,13 @@
 
 The adapters (the torch locator and guard, the Keras locator and guard) describe a finding with
 top-level fields (op, phase, module, inputs, ...) and a free-form ``details`` dict. :meth:`Evidence.of`
-reads both once, checks their types and turns the documented ``details`` keys into fields; the
-rules in :mod:`nanguard.core.rules` read nothing else. ``details`` keys this class does not type are
-kept in :attr:`Evidence.other`, so :meth:`Evidence.to_details` gives back what came in (less keys
-whose value was empty): a finding written to the run log (``docs/runlog.md``) and read back has
-the same evidence, and so does :meth:`Evidence.to_dict` read with :meth:`Evidence.from_dict`.
+reads both once, checks their types and turns the documented ``details`` keys into fields, grouped
+in four small records (:class:`Provenance`, :class:`Update`, :class:`Headroom`, :class:`Notes`:
+``ev.update.clip_total_norm``); the rules in :mod:`nanguard.core.rules` read nothing else.
+``details`` keys this module does not type are kept in :attr:`Notes.other`, so
+:meth:`Evidence.to_details` gives back what came in, flat as it came (less keys whose value was
+empty): a finding written to the run log (``docs/runlog.md``) and read back has the same evidence,
+and so does :meth:`Evidence.to_dict` read with :meth:`Evidence.from_dict`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from .finding import Finding, TensorStats, describe_values
 from .ops import DTYPE_MAX, LOW_PRECISION, canonical_op, forward_op_of_grad_fn
 
-__all__ = ["Evidence", "MaskSource", "Sample"]
+__all__ = ["Evidence", "Headroom", "MaskSource", "Notes", "Provenance", "Sample", "Update"]
 
 
 def _float(x: Any) -> float | None:
@@ -95,13 +97,82 @@ _KEY_OF = {"masked_inf": "from_masked_inf"}
 
 
 @dataclass(frozen=True)
+class Provenance:
+    """``details``: where the value came from (a bad batch, a bad weight, a mask, the op's inputs)."""
+
+    #: ``"data"`` (the batch), ``"parameter"`` (an already bad weight) or ``None`` (an op made it)
+    origin: str | None = None
+    #: the name of the bad input (data findings)
+    input_name: str | None = None
+    #: the bad rows of the batch (data findings)
+    samples: tuple[Sample, ...] = ()
+    #: the first module a bad input entered (data findings)
+    entered: str | None = None
+    #: weights that were non-finite (before the step, or first after it)
+    parameters: tuple[str, ...] = ()
+    #: gradients the value reached
+    gradients: tuple[str, ...] = ()
+    #: optimizer state (``exp_avg_sq`` ...) non-finite after the step
+    optimizer_state: tuple[str, ...] = ()
+    #: an explicit non-finite literal the code wrote (``"-inf"``, ``"nan"``): a constant mask
+    constant: str | None = None
+    #: an intended ``-inf`` that this op turned into NaN (softmax over a row masked entirely);
+    #: the ``details`` key is ``from_masked_inf``
+    masked_inf: MaskSource | None = None
+    #: the ops that produced the op's inputs (``softmax`` before a ``log``), canonical or not
+    input_producers: tuple[str, ...] = ()
+    #: the ``torch.autograd.Function`` whose hand-written backward ran the op
+    custom_function: str | None = None
+
+
+@dataclass(frozen=True)
+class Update:
+    """``details``: the gradients and the update (clipping, the optimizer step)."""
+
+    #: the sink description, when the value reached something other than the usual sinks
+    sink: str | None = None
+    #: the total gradient norm ``clip_grad_norm_`` returned, when the value reached it (non-finite:
+    #: the norm overflowed and clipping scaled every gradient by 0)
+    clip_total_norm: float | None = None
+    #: the gradients' global norm the optimizer step saw (optimizer findings)
+    grad_norm: float | None = None
+    #: whether every gradient was finite before the step (optimizer findings; ``None``: unknown)
+    grads_finite: bool | None = None
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """``details``: the dtype's headroom and the activations' scale."""
+
+    #: whether the same op in float32 stays finite (float16/bfloat16 findings)
+    float32_finite: bool | None = None
+    #: the largest magnitude the op reaches in float32 (compare with the dtype's maximum)
+    float32_absmax: float | None = None
+    #: max |x| at the output of each module, in call order, during the failing step
+    activation_scale: tuple[tuple[str, float], ...] = ()
+    #: no healthy step ran before this one (the guard says so)
+    first_step: bool = False
+
+
+@dataclass(frozen=True)
+class Notes:
+    """``details``: for the reader, and every key the other groups do not type."""
+
+    note: str | None = None
+    relu_grad: str | None = None
+    relu_grad_layer: str | None = None
+    #: every other ``details`` key, as the adapter wrote it
+    other: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Evidence:
     """Everything a diagnosis rule may read about one finding (plain numbers and strings).
 
-    The first group repeats the finding's own fields: what was made (``dtype``, ``shape``,
-    non-finite counts), by which op, where, and what it reached. The second group is the typed
-    form of the documented ``details`` keys (``docs/runlog.md``); a field is ``None`` / empty when
-    the adapter did not report it.
+    The top-level fields repeat the finding's own fields: what was made (``dtype``, ``shape``,
+    non-finite counts), by which op, where, and what it reached. The four groups after them are
+    the typed form of the documented ``details`` keys (``docs/runlog.md``); a field is ``None`` /
+    empty when the adapter did not report it.
     """
 
     # --- the finding itself -------------------------------------------------------------------
@@ -125,57 +196,15 @@ class Evidence:
     #: the op's non-tensor arguments (``{"exponent": 0.5}``)
     scalars: Mapping[str, Any] = field(default_factory=dict)
 
-    # --- details: where it came from --------------------------------------------------------
-    #: ``"data"`` (the batch), ``"parameter"`` (an already bad weight) or ``None`` (an op made it)
-    origin: str | None = None
-    #: the name of the bad input (data findings)
-    input_name: str | None = None
-    #: the bad rows of the batch (data findings)
-    samples: tuple[Sample, ...] = ()
-    #: the first module a bad input entered (data findings)
-    entered: str | None = None
-    #: weights that were non-finite (before the step, or first after it)
-    parameters: tuple[str, ...] = ()
-    #: gradients the value reached
-    gradients: tuple[str, ...] = ()
-    #: optimizer state (``exp_avg_sq`` ...) non-finite after the step
-    optimizer_state: tuple[str, ...] = ()
-    #: an explicit non-finite literal the code wrote (``"-inf"``, ``"nan"``): a constant mask
-    constant: str | None = None
-    #: an intended ``-inf`` that this op turned into NaN (softmax over a row masked entirely)
-    masked_inf: MaskSource | None = None
-    #: the ops that produced the op's inputs (``softmax`` before a ``log``), canonical or not
-    input_producers: tuple[str, ...] = ()
-    #: the ``torch.autograd.Function`` whose hand-written backward ran the op
-    custom_function: str | None = None
-
-    # --- details: gradients and the update ----------------------------------------------------
-    #: the sink description, when the value reached something other than the usual sinks
-    sink: str | None = None
-    #: the total gradient norm ``clip_grad_norm_`` returned, when the value reached it (non-finite:
-    #: the norm overflowed and clipping scaled every gradient by 0)
-    clip_total_norm: float | None = None
-    #: the gradients' global norm the optimizer step saw (optimizer findings)
-    grad_norm: float | None = None
-    #: whether every gradient was finite before the step (optimizer findings; ``None``: unknown)
-    grads_finite: bool | None = None
-
-    # --- details: dtype headroom and activations ---------------------------------------------
-    #: whether the same op in float32 stays finite (float16/bfloat16 findings)
-    float32_finite: bool | None = None
-    #: the largest magnitude the op reaches in float32 (compare with the dtype's maximum)
-    float32_absmax: float | None = None
-    #: max |x| at the output of each module, in call order, during the failing step
-    activation_scale: tuple[tuple[str, float], ...] = ()
-    #: no healthy step ran before this one (the guard says so)
-    first_step: bool = False
-
-    # --- details: for the reader ------------------------------------------------------------
-    note: str | None = None
-    relu_grad: str | None = None
-    relu_grad_layer: str | None = None
-    #: every other ``details`` key, as the adapter wrote it
-    other: Mapping[str, Any] = field(default_factory=dict)
+    # --- details, typed -----------------------------------------------------------------------
+    #: where it came from: ``origin``, ``samples``, ``parameters``, ``masked_inf``, ...
+    provenance: Provenance = field(default_factory=Provenance)
+    #: the gradients and the update: ``clip_total_norm``, ``grad_norm``, ``grads_finite``, ...
+    update: Update = field(default_factory=Update)
+    #: dtype headroom and activations: ``float32_finite``, ``activation_scale``, ``first_step``, ...
+    headroom: Headroom = field(default_factory=Headroom)
+    #: for the reader (``note``, ``relu_grad``), and every other key in ``other``
+    notes: Notes = field(default_factory=Notes)
 
     # ------------------------------------------------------------------------------------------
     @classmethod
@@ -202,20 +231,20 @@ class Evidence:
             "scalars": dict(f.scalars),
         }
         kw.update(_typed_details(d))
-        known = {_KEY_OF.get(x.name, x.name) for x in fields(cls)}
-        kw["other"] = {k: v for k, v in d.items() if k not in known}
         return cls(**kw)
 
     def to_details(self) -> dict[str, Any]:
         """The ``details`` dict this evidence was read from (JSON-compatible values; a key whose
         value was empty — ``[]``, ``None``, ``first_step: False`` — is left out)."""
         out: dict[str, Any] = {}
-        for name in _DETAIL_FIELDS:
-            v = getattr(self, name)
-            if v is None or v == () or (name == "first_step" and not v):
-                continue
-            out[_KEY_OF.get(name, name)] = _detail_value(name, v)
-        out.update(self.other)
+        for group in (self.provenance, self.update, self.headroom, self.notes):
+            for f in fields(group):
+                name = f.name
+                v = getattr(group, name)
+                if name == "other" or v is None or v == () or (name == "first_step" and not v):
+                    continue
+                out[_KEY_OF.get(name, name)] = _detail_value(name, v)
+        out.update(self.notes.other)
         return out
 
     # --- derived views the rules share ------------------------------------------------------
@@ -268,13 +297,14 @@ class Evidence:
     @property
     def producers(self) -> list[str]:
         """The canonical names of the ops that produced the inputs (``softmax``, ``sigmoid``)."""
-        return [canonical_op(p) for p in self.input_producers if p]
+        return [canonical_op(p) for p in self.provenance.input_producers if p]
 
     @property
     def clip_overflow(self) -> bool:
         """The value reached the total norm ``clip_grad_norm_`` returned, and that norm is not
         finite: every gradient was scaled by 0."""
-        return self.clip_total_norm is not None and not math.isfinite(self.clip_total_norm)
+        norm = self.update.clip_total_norm
+        return norm is not None and not math.isfinite(norm)
 
     @property
     def dtype_max(self) -> float | None:
@@ -287,8 +317,9 @@ class Evidence:
         top = self.dtype_max
         if top is None:
             return False
-        return bool(self.float32_finite) or (
-            self.float32_absmax is not None and self.float32_absmax > top
+        room = self.headroom
+        return bool(room.float32_finite) or (
+            room.float32_absmax is not None and room.float32_absmax > top
         )
 
     @property
@@ -305,7 +336,7 @@ class Evidence:
     def activation_peak(self) -> float | None:
         """The largest module output magnitude recorded (±Inf counts as the largest; a NaN says
         nothing about scale and is left out); ``None`` when none was recorded."""
-        vals = [v for _, v in self.activation_scale if not math.isnan(v)]
+        vals = [v for _, v in self.headroom.activation_scale if not math.isnan(v)]
         return max(vals) if vals else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -328,7 +359,8 @@ class Evidence:
 
 
 def _typed_details(d: Mapping[str, Any]) -> dict[str, Any]:
-    """The documented ``details`` keys, each read with its type."""
+    """The documented ``details`` keys, each read with its type, in their groups (the keyword
+    arguments of :class:`Evidence` after the finding's own)."""
     scale = []
     for item in d.get("activation_scale") or ():
         if isinstance(item, (list, tuple)) and len(item) == 2:
@@ -338,38 +370,50 @@ def _typed_details(d: Mapping[str, Any]) -> dict[str, Any]:
     flag = d.get("grads_finite")
     f32 = d.get("float32_finite")
     return {
-        "origin": _str(d.get("origin")),
-        "input_name": _str(d.get("input_name")),
-        "samples": tuple(Sample.of(s) for s in d.get("samples") or () if isinstance(s, Mapping)),
-        "entered": _str(d.get("entered")),
-        "parameters": _names(d.get("parameters")),
-        "gradients": _names(d.get("gradients")),
-        "optimizer_state": _names(d.get("optimizer_state")),
-        "constant": _str(d.get("constant")),
-        "masked_inf": MaskSource(
-            op=_str(masked.get("op")), source=_str(masked.get("source")), module=_str(masked.get("module"))
-        ) if isinstance(masked, Mapping) else None,
-        "input_producers": _names(d.get("input_producers")),
-        "custom_function": _str(d.get("custom_function")),
-        "sink": _str(d.get("sink")),
-        "clip_total_norm": _float(d.get("clip_total_norm")),
-        "grad_norm": _float(d.get("grad_norm")),
-        "grads_finite": None if flag is None else bool(flag),
-        "float32_finite": None if f32 is None else bool(f32),
-        "float32_absmax": _float(d.get("float32_absmax")),
-        "activation_scale": tuple(scale),
-        "first_step": bool(d.get("first_step", False)),
-        "note": _str(d.get("note")),
-        "relu_grad": _str(d.get("relu_grad")),
-        "relu_grad_layer": _str(d.get("relu_grad_layer")),
+        "provenance": Provenance(
+            origin=_str(d.get("origin")),
+            input_name=_str(d.get("input_name")),
+            samples=tuple(Sample.of(s) for s in d.get("samples") or () if isinstance(s, Mapping)),
+            entered=_str(d.get("entered")),
+            parameters=_names(d.get("parameters")),
+            gradients=_names(d.get("gradients")),
+            optimizer_state=_names(d.get("optimizer_state")),
+            constant=_str(d.get("constant")),
+            masked_inf=MaskSource(
+                op=_str(masked.get("op")), source=_str(masked.get("source")), module=_str(masked.get("module"))
+            ) if isinstance(masked, Mapping) else None,
+            input_producers=_names(d.get("input_producers")),
+            custom_function=_str(d.get("custom_function")),
+        ),
+        "update": Update(
+            sink=_str(d.get("sink")),
+            clip_total_norm=_float(d.get("clip_total_norm")),
+            grad_norm=_float(d.get("grad_norm")),
+            grads_finite=None if flag is None else bool(flag),
+        ),
+        "headroom": Headroom(
+            float32_finite=None if f32 is None else bool(f32),
+            float32_absmax=_float(d.get("float32_absmax")),
+            activation_scale=tuple(scale),
+            first_step=bool(d.get("first_step", False)),
+        ),
+        "notes": Notes(
+            note=_str(d.get("note")),
+            relu_grad=_str(d.get("relu_grad")),
+            relu_grad_layer=_str(d.get("relu_grad_layer")),
+            other={k: v for k, v in d.items() if k not in _KNOWN},
+        ),
     }
 
 
-_DETAIL_FIELDS = (
-    "origin", "input_name", "samples", "entered", "parameters", "gradients", "optimizer_state",
-    "constant", "masked_inf", "input_producers", "custom_function", "sink", "clip_total_norm",
-    "grad_norm", "grads_finite", "float32_finite", "float32_absmax", "activation_scale",
-    "first_step", "note", "relu_grad", "relu_grad_layer",
+#: the ``details`` keys not kept in :attr:`Notes.other`: the field names of the evidence (less its
+#: groups) and of its groups (``from_masked_inf`` for ``masked_inf``)
+_KNOWN = frozenset(
+    _KEY_OF.get(n, n)
+    for n in [
+        *(f.name for f in fields(Evidence) if f.name not in ("provenance", "update", "headroom", "notes")),
+        *(f.name for g in (Provenance, Update, Headroom, Notes) for f in fields(g)),
+    ]
 )
 
 

@@ -52,15 +52,15 @@ def lr_fixes(case: Case) -> list[str]:
         "peak": nice_lr(top / 4),
         "top": num(top),
     }
-    book = say.lr_fixes
-    if ctx.scheduler in ("OneCycleLR", "CyclicLR") and say.lr_fixes_cyclic is not None:
-        book = say.lr_fixes_cyclic
-    elif ctx.scheduler is not None and say.lr_fixes_scheduled is not None:
-        book = say.lr_fixes_scheduled
-    elif ctx.scheduler is None and trend.schedule_varied and say.lr_fixes_varying is not None:
+    book = say.lr.lr_fixes
+    if ctx.scheduler in ("OneCycleLR", "CyclicLR") and say.lr.lr_fixes_cyclic is not None:
+        book = say.lr.lr_fixes_cyclic
+    elif ctx.scheduler is not None and say.lr.lr_fixes_scheduled is not None:
+        book = say.lr.lr_fixes_scheduled
+    elif ctx.scheduler is None and trend.schedule_varied and say.lr.lr_fixes_varying is not None:
         # the learning rate changed from step to step: a schedule (perhaps written by hand,
         # assigning param_group["lr"]) would overwrite a new optimizer's lr — cap its peak
-        book = say.lr_fixes_varying
+        book = say.lr.lr_fixes_varying
     return _no_repeat(case, [t.format(**kw) for t in book])
 
 
@@ -72,9 +72,9 @@ def explode_fixes(case: Case) -> list[str]:
         "clip": f"{case.trend.clip_threshold:g}",
         "lr": nice_lr(low) if low else "1e-3",
     }
-    fixes = _no_repeat(case, [t.format(**kw) for t in case.say.explode_fixes])
-    if case.say.recurrent_fix is not None and recurrent(case):
-        fixes.append(case.say.recurrent_fix)
+    fixes = _no_repeat(case, [t.format(**kw) for t in case.say.lr.explode_fixes])
+    if case.say.lr.recurrent_fix is not None and recurrent(case):
+        fixes.append(case.say.lr.recurrent_fix)
     return fixes
 
 
@@ -94,5 +94,5 @@ def scale_hint(case: Case) -> tuple[str, str] | None:
     return (
         f"the loss was already {num(first[1])} at step {first[0]}: the targets (or the inputs) are "
         "on a large scale, which makes every update large",
-        case.say.scale_targets,
+        case.say.lr.scale_targets,
     )

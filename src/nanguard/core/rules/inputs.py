@@ -21,23 +21,23 @@ def batch_holds_nonfinite(case: Case) -> Diagnosis | None:
     if ev.phase != "data":
         return None
     lines: list[str] = []
-    name = ev.input_name or "the batch"
-    for s in ev.samples[:3]:
+    name = ev.provenance.input_name or "the batch"
+    for s in ev.provenance.samples[:3]:
         feats = s.features or ()
         where = (f", feature{'s' if len(feats) > 1 else ''} {', '.join(map(str, feats[:6]))}"
                  if feats else "")
         lines.append(f"sample {s.index} of {name}{where} is {s.kind}")
-    if len(ev.samples) > 3:
-        lines.append(f"… and {len(ev.samples) - 3} more samples")
+    if len(ev.provenance.samples) > 3:
+        lines.append(f"… and {len(ev.provenance.samples) - 3} more samples")
     if not lines:
-        before = "" if ev.origin == "unrecorded" else " before any operation ran"
+        before = "" if ev.provenance.origin == "unrecorded" else " before any operation ran"
         lines.append(f"{name} holds {ev.what}{before}")
-    if ev.origin == "computed":
+    if ev.provenance.origin == "computed":
         return _computed(case, lines)
-    if ev.origin == "unrecorded":
+    if ev.provenance.origin == "unrecorded":
         return _unrecorded(case, lines)
     fixes = [
-        say.drop_bad_samples,
+        say.data.drop_bad_samples,
         "nanguard scan <your data file>  # find every bad row and column",
         "df = df.dropna()  # or df.fillna(...) before building tensors from a DataFrame",
     ]
@@ -49,9 +49,9 @@ def batch_holds_nonfinite(case: Case) -> Diagnosis | None:
 def weights_already_nonfinite(case: Case) -> Diagnosis | None:
     """A weight was non-finite before the step began (a corrupt checkpoint, a bad init)."""
     ev, say = case.ev, case.say
-    if ev.op != "parameter" and ev.origin != "parameter":
+    if ev.op != "parameter" and ev.provenance.origin != "parameter":
         return None
-    names = list(ev.parameters) or ([ev.module] if ev.module else [])
+    names = list(ev.provenance.parameters) or ([ev.module] if ev.module else [])
     lines = [f"`{n}` was non-finite before the step began" for n in names[:4]] or [
         "a weight was non-finite before the step began"
     ]
@@ -59,7 +59,7 @@ def weights_already_nonfinite(case: Case) -> Diagnosis | None:
         lines.append("no healthy step ran before: the weights came in bad (loaded checkpoint or init)")
     return Diagnosis(
         Cause.NONFINITE_PARAMETERS, 0.9, "the weights were already non-finite", lines,
-        [say.check_weights, say.load_checkpoint],
+        [say.data.check_weights, say.data.load_checkpoint],
     )
 
 
@@ -67,7 +67,7 @@ def mask_row_became_nan(case: Case) -> Diagnosis | None:
     """An intended ``-inf`` (a mask) was harmless until this op made NaN of it: a softmax over a
     row that is masked entirely is 0/0."""
     ev, say = case.ev, case.say
-    mask = ev.masked_inf
+    mask = ev.provenance.masked_inf
     if mask is None:
         return None
     by = f"`{canonical_op(mask.op)}`" + (f" at {mask.source}" if mask.source else "")
@@ -82,7 +82,7 @@ def mask_row_became_nan(case: Case) -> Diagnosis | None:
     if x is not None and x.neginf:
         lines.append(f"its input held {x.neginf} -inf out of {x.numel}")
     fixes = [
-        say.mask_with_finite_min,
+        say.masks.mask_with_finite_min,
         "make sure every query keeps at least one key (a padding row: mask it out of the loss, "
         "not out of the attention)",
     ]
@@ -97,12 +97,12 @@ def explicit_nonfinite_constant(case: Case) -> Diagnosis | None:
     """The code wrote an explicit NaN/Inf (a ``-inf`` mask that reached the loss, a poisoned
     value)."""
     ev, say = case.ev, case.say
-    const = ev.constant
+    const = ev.provenance.constant
     if const is None:
         return None
     lines = [f"`{case.shown}` {ev.where} wrote the literal {const} and it reached the {ev.reached or 'loss'}"]
     fixes = [
-        say.constant_with_finite_min,
+        say.masks.constant_with_finite_min,
         "make sure no row is masked entirely: softmax over only -inf is 0/0 = nan",
     ]
     if const == "nan":

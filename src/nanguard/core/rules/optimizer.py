@@ -37,13 +37,13 @@ def clip_norm_overflowed(case: Case) -> Diagnosis | None:
     if ev.largest_input:
         lines.append(f"single gradient entries reached {num(ev.largest_input)}")
     fixes = [
-        say.clip_by_value.format(opt=case.opt),
+        say.lr.clip_by_value.format(opt=case.opt),
         "check what scales the loss this much (a loss summed instead of averaged, a loss scale, "
         "an unnormalised target)",
     ]
     lr = case.ctx.lr
     if lr:
-        fixes.append(say.new_lr.format(opt=case.opt, lr=nice_lr(lr / 4)))
+        fixes.append(say.lr.new_lr.format(opt=case.opt, lr=nice_lr(lr / 4)))
     return Diagnosis(
         Cause.EXPLODING_GRADIENTS, 0.85, f"the gradient norm overflowed inside {say.clip_norm_fn}",
         lines, fixes,
@@ -53,10 +53,10 @@ def clip_norm_overflowed(case: Case) -> Diagnosis | None:
 def optimizer_squares_overflowed(case: Case) -> Diagnosis | None:
     """Finite gradients so large that the optimizer's squares (Adam's ``exp_avg_sq``) overflow."""
     ev, say = case.ev, case.say
-    if ev.phase != "optimizer" or ev.grads_finite is False:
+    if ev.phase != "optimizer" or ev.update.grads_finite is False:
         return None
     big = ev.largest_input
-    gnorm = ev.grad_norm
+    gnorm = ev.update.grad_norm
     limit = math.sqrt(ev.dtype_max or DTYPE_MAX["float32"])  # above it, a square overflows
     squares = op_traits(ev.op_name).squares and big > limit
     if not (squares or (gnorm is not None and gnorm > limit)):
@@ -65,8 +65,9 @@ def optimizer_squares_overflowed(case: Case) -> Diagnosis | None:
         f"the gradients were finite but reached {num(big or gnorm)}: their squares overflow "
         f"{ev.dtype or 'float32'} in `{say.opt_call.format(opt=case.opt)}` ({ev.what})",
     ]
-    if ev.optimizer_state:
-        lines.append("non-finite optimizer state: " + ", ".join(f"`{n}`" for n in ev.optimizer_state[:3]))
+    state = ev.provenance.optimizer_state
+    if state:
+        lines.append("non-finite optimizer state: " + ", ".join(f"`{n}`" for n in state[:3]))
     g = case.trend.grads_long
     if g is not None and g.factor > 10:
         lines.append(f"grad norm grew {num(g.factor)}x: {num(g.first)} → {num(g.last)}")
@@ -81,14 +82,15 @@ def _after_step(case: Case) -> list[str]:
     """What every optimizer-step diagnosis says first: the gradients, and the first bad weights."""
     ev = case.ev
     lines = []
-    if ev.grads_finite is not False:
+    if ev.update.grads_finite is not False:
         gn = case.trend.last_grad_norm
         lines.append(
             "all gradients were finite" + (f" (norm {num(gn)})" if gn is not None else "")
             + f", yet `{case.say.opt_call.format(opt=case.opt)}` made {ev.what}"
         )
-    if ev.parameters:
-        lines.append("first non-finite after the step: " + ", ".join(f"`{p}`" for p in ev.parameters[:4]))
+    params = ev.provenance.parameters
+    if params:
+        lines.append("first non-finite after the step: " + ", ".join(f"`{p}`" for p in params[:4]))
     return lines
 
 
@@ -117,7 +119,7 @@ def optimizer_made_nonfinite(case: Case) -> Diagnosis | None:
     return Diagnosis(
         Cause.OPTIMIZER_STATE, 0.9 if zero_eps else 0.75,
         f"`{say.opt_call.format(opt=case.opt)}` turned finite gradients into non-finite weights",
-        lines, [say.eps_fix.format(opt=case.opt, lr=num(lr) if lr else "...")],
+        lines, [say.lr.eps_fix.format(opt=case.opt, lr=num(lr) if lr else "...")],
     )
 
 

@@ -43,7 +43,7 @@ def _made(case: Case) -> list[str]:
 
 def _first_step_lines(case: Case) -> list[str]:
     lines = _made(case)
-    scale = case.ev.activation_scale
+    scale = case.ev.headroom.activation_scale
     if scale:
         s = " → ".join(f"{num(v)}" for _, v in scale[:6])
         lines.append(f"activation scale (max |x|) layer by layer at the first step: {s}")
@@ -69,8 +69,8 @@ def first_backward_overflow(case: Case) -> Diagnosis | None:
     lines.append("the forward pass was finite: the gradients overflowed in the first backward pass, "
                  "before any update")
     fixes = explode_fixes(case)
-    if say.smaller_gain is not None:
-        fixes.append(say.smaller_gain)
+    if say.init.smaller_gain is not None:
+        fixes.append(say.init.smaller_gain)
     if ev.op is None:
         fixes.append(_TRACE_FIX)
     return Diagnosis(
@@ -105,7 +105,7 @@ def initial_weights_overflow(case: Case) -> Diagnosis | None:
     lines.append("no update had been applied yet: the initial weights alone overflow")
     return Diagnosis(
         Cause.BAD_INITIALIZATION, 0.85, "the initial weights make activations overflow", lines,
-        [case.say.init_fix, case.say.add_normalization],
+        [case.say.init.init_fix, case.say.init.add_normalization],
     )
 
 
@@ -198,7 +198,8 @@ def expansive_recurrence(case: Case) -> Diagnosis | None:
                  f"its gradient grew ×{num(rate)} per call going back; ~{at:.0f} calls overflow at that rate")
     lines.append("the weights did not grow since: the gain came with the initial weights, and a sequence long "
                  "enough overflowed")
-    fixes = [f for f in (case.say.smaller_gain, case.say.recurrent_fix, case.say.init_fix) if f is not None][:2]
+    say = case.say
+    fixes = [f for f in (say.init.smaller_gain, say.lr.recurrent_fix, say.init.init_fix) if f is not None][:2]
     return Diagnosis(
         Cause.BAD_INITIALIZATION, 0.7, "an expansive recurrence from the initial weights overflowed on a long "
         "sequence", lines, fixes,

@@ -17,16 +17,16 @@ def low_precision_overflow(case: Case) -> Diagnosis | None:
     if top is None or not ev.nonfinite or not ev.exceeds_dtype_in_float32:
         return None
     dtype = ev.dtype or ""
-    f32 = ev.float32_absmax
+    f32 = ev.headroom.float32_absmax
     lines = [
         f"`{case.shown}` {ev.where} produced {ev.what}",
         above_max(f32, dtype, top) if f32 is not None and f32 > top
         else "in float32 the same op stays finite",
     ]
     fixes = [
-        say.wider_dtype_for_float16 if dtype == "float16" else say.wider_dtype,
-        say.module_in_float32.format(module=ev.module, module_type=ev.module_type or "Dense")
-        if ev.module else say.cast_to_float32,
-        say.loss_scaler,
+        say.precision.wider_dtype_for_float16 if dtype == "float16" else say.precision.wider_dtype,
+        say.precision.module_in_float32.format(module=ev.module, module_type=ev.module_type or "Dense")
+        if ev.module else say.precision.cast_to_float32,
+        say.precision.loss_scaler,
     ]
     return Diagnosis(Cause.LOW_PRECISION_OVERFLOW, 0.9, f"{dtype} overflow in `{case.shown}`", lines, fixes)

@@ -80,14 +80,14 @@ def _log(case: Case) -> Singularity | None:
     prod = ev.producers
     fixes: list[str] = []
     if "softmax" in prod:
-        fixes.append(say.log_softmax)
+        fixes.append(say.singular.log_softmax)
     one_minus = bool(prod) and prod[0] in ("rsub", "sub") and "sigmoid" in prod
     if "sigmoid" in prod:
-        fixes.append(say.bce_with_logits)
-        fn = say.log_sigmoid_fn
+        fixes.append(say.singular.bce_with_logits)
+        fn = say.singular.log_sigmoid_fn
         fixes.append(f"log_1m_p = {fn}(-z)  # instead of log(1 - sigmoid(z))" if one_minus
                      else f"logp = {fn}(z)  # instead of log(sigmoid(z))")
-    fixes.append(say.log_clamp)
+    fixes.append(say.singular.log_clamp)
     why = (f"{_held(ev, x, kind)}: log({'0' if kind == 'zeros' else 'x<0'}) = "
            f"{'-inf' if kind == 'zeros' else 'nan'}")
     if one_minus:
@@ -106,7 +106,7 @@ def _log1p(case: Case) -> Singularity | None:
     if x is None or x.min is None or x.min > -1:
         return None
     return Singularity(f"`log1p` of a value <= -1 {ev.where}",
-                       f"the input of `log1p` reached {num(x.min)}", [case.say.log1p_clamp])
+                       f"the input of `log1p` reached {num(x.min)}", [case.say.singular.log1p_clamp])
 
 
 @register_singularity("div", "reciprocal", "fmod", "remainder", "addcdiv")
@@ -131,8 +131,8 @@ def _div(case: Case) -> Singularity | None:
                f"{num(den.smallest_abs_nonzero)}: the quotient overflowed, as x/0 does")
     fixes = []
     if {"std", "var", "sqrt"} & set(ev.producers):
-        fixes.append(case.say.normalize_with_eps)
-    fixes.append(case.say.div_clamp)
+        fixes.append(case.say.singular.normalize_with_eps)
+    fixes.append(case.say.singular.div_clamp)
     return Singularity(f"division by zero {ev.where}", why, fixes)
 
 
@@ -143,7 +143,7 @@ def _sqrt(case: Case) -> Singularity | None:
     if not _neg(x):
         return None
     return Singularity(f"`{ev.op_name}` of a negative number {ev.where}",
-                       f"{_held(ev, x, 'negatives')}: sqrt(x<0) = nan", [case.say.sqrt_clamp])
+                       f"{_held(ev, x, 'negatives')}: sqrt(x<0) = nan", [case.say.singular.sqrt_clamp])
 
 
 @register_singularity("pow")
@@ -155,7 +155,7 @@ def _pow(case: Case) -> Singularity | None:
         return _sqrt(case)
     if _zeros(ev, x) and isinstance(expo, (int, float)) and expo < 0:
         return Singularity(f"`pow` of 0 with a negative exponent {ev.where}",
-                           f"{_held(ev, x, 'zeros')}, exponent {expo}", [case.say.pow_clamp])
+                           f"{_held(ev, x, 'zeros')}, exponent {expo}", [case.say.singular.pow_clamp])
     return None
 
 
@@ -166,7 +166,7 @@ def _rsqrt(case: Case) -> Singularity | None:
     if not (_zeros(ev, x) or _neg(x)):
         return None
     return Singularity(f"`rsqrt` of 0 or a negative number {ev.where}",
-                       _held(ev, x, "zeros" if _zeros(ev, x) else "negatives"), [case.say.rsqrt_eps])
+                       _held(ev, x, "zeros" if _zeros(ev, x) else "negatives"), [case.say.singular.rsqrt_eps])
 
 
 @register_singularity("acos", "asin", "atanh")
@@ -177,7 +177,7 @@ def _trig(case: Case) -> Singularity | None:
         return None
     return Singularity(f"`{op}` outside its domain [-1, 1] {ev.where}",
                        f"the input of `{op}` reached {num(x.absmax)} in magnitude",
-                       [case.say.trig_clamp.format(fn=op)])
+                       [case.say.singular.trig_clamp.format(fn=op)])
 
 
 @register_singularity("exp", "exp2", "expm1", "cosh", "sinh")
@@ -191,7 +191,7 @@ def _exp(case: Case) -> Singularity | None:
         return None
     return Singularity(f"`{op}` overflowed {ev.where}",
                        f"the input of `{op}` reached {num(x.max)}; exp overflows {ev.dtype} above {lim:.2f}",
-                       list(case.say.exp_fixes))
+                       list(case.say.singular.exp_fixes))
 
 
 @register_singularity("var", "std", "var_mean", "std_mean", "mean")
@@ -202,7 +202,7 @@ def _var_single(case: Case) -> Singularity | None:
         return None
     return Singularity(f"`{op}` of a single element {ev.where}",
                        f"{op} with Bessel's correction divides by n-1 = 0 (the input has {x.numel} element)",
-                       [case.say.var_single])
+                       [case.say.singular.var_single])
 
 
 @register_singularity("xlogy")
@@ -212,7 +212,7 @@ def _xlogy(case: Case) -> Singularity | None:
     if not (_zeros(ev, y) or _neg(y)):
         return None
     return Singularity(f"`xlogy` of a non-positive number {ev.where}",
-                       "the log argument held zeros or negatives", [case.say.xlogy_clamp])
+                       "the log argument held zeros or negatives", [case.say.singular.xlogy_clamp])
 
 
 @register_singularity("_weight_norm_interface", "_weight_norm")  # which input: ops.norm_divisor
@@ -227,7 +227,7 @@ def _zero_norm(case: Case) -> Singularity | None:
         f"`{case.shown}` divided by the norm of an all-zero `{v.name}` {ev.where}",
         f"the input `{v.name}` held {v.zeros} zeros out of {v.numel}: where a slice of `{v.name}` is "
         f"all zeros its norm — the denominator — is 0, and {v.name}/‖{v.name}‖ = 0/0 = nan ({ev.what})",
-        list(case.say.norm_divisor_fixes),
+        list(case.say.singular.norm_divisor_fixes),
     )
 
 
@@ -244,7 +244,7 @@ def _sqrt_backward(case: Case) -> Singularity | None:
         f"the backward of `{fwd}` divided by zero {ev.where}",
         f"{fwd}(x) was 0 in the forward pass (finite there), and its derivative "
         f"1/(2·sqrt(x)) is infinite at 0 — `{ev.grad_fn}` produced {'inf' if ev.infinite else 'nan'}",
-        list(case.say.sqrt_backward_fixes),
+        list(case.say.singular.sqrt_backward_fixes),
     )
 
 
@@ -255,7 +255,7 @@ def _pow_backward(case: Case) -> Singularity | None:
         return None
     return Singularity(f"the backward of `pow` at 0 {ev.where}",
                        "the base was 0 and the exponent below 1, so the derivative p·x^(p-1) is infinite",
-                       [case.say.pow_clamp])
+                       [case.say.singular.pow_clamp])
 
 
 @register_singularity("log", "log2", "log10", backward=True)
@@ -268,7 +268,7 @@ def _log_backward(case: Case) -> Singularity | None:
     held = "held zeros" if d is None or d.zeros or not tiny else f"held values as small as {num(tiny)}"
     return Singularity(f"the backward of `log` at 0 {ev.where}",
                        f"the input of log {held}, so the derivative 1/x overflowed",
-                       [case.say.log_clamp_plain, case.say.log_softmax_plain])
+                       [case.say.singular.log_clamp_plain, case.say.singular.log_softmax_plain])
 
 
 @register_singularity("div", "reciprocal", backward=True)
@@ -288,7 +288,8 @@ def _trig_backward(case: Case) -> Singularity | None:
     if not ev.nonfinite:
         return None
     return Singularity(f"the backward of `{fwd}` at ±1 {ev.where}",
-                       f"the derivative of {fwd} is infinite at ±1", [case.say.trig_clamp.format(fn=fwd)])
+                       f"the derivative of {fwd} is infinite at ±1",
+                       [case.say.singular.trig_clamp.format(fn=fwd)])
 
 
 @register_singularity("std", "var", backward=True)
@@ -298,14 +299,14 @@ def _spread_backward(case: Case) -> Singularity | None:
         return None
     return Singularity(f"the backward of `{fwd}` with zero spread {ev.where}",
                        f"all values were equal, so {fwd} was 0 and its derivative divided by 0",
-                       [case.say.std_eps])
+                       [case.say.singular.std_eps])
 
 
 def find_singularity(case: Case) -> Singularity | None:
     """The singularity the op met, if the evidence shows one."""
     ev = case.ev
     # a custom autograd.Function's backward is user code: its ops are judged as written
-    if ev.phase != "backward" or ev.custom_function:
+    if ev.phase != "backward" or ev.provenance.custom_function:
         check: Check | None = singularity_check(ev.op_name)
     else:
         check = singularity_check(ev.forward_op, backward=True)
