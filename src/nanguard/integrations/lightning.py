@@ -49,10 +49,10 @@ from ..core.handle import GuardHandle, GuardOptions
 from ..core.history import History
 from ..core.step import Reading, Stage, StepDriver
 from ..torch import _dist
-from ..torch._findings import module_of
 from ..torch._recorder import RngState
 from ..torch._stats import finding_for
 from ..torch.locator import LocateOptions, locate
+from ..torch.replay import module_of
 from ..torch.snapshot import Snapshotter, floating_buffers
 from ..torch.watch import NormCheck, check_grads, check_params
 from ._common import RunRecord

@@ -13,9 +13,9 @@ import torch
 
 from ..core.step import StepDriver
 from ._deferred import InFlight, device_check, masked_step, to_host
-from ._findings import Replayer
 from ._recorder import StepRecorder
 from ._watched import WatchSet, opt_params
+from .replay import Replayer
 from .watch import NormCheck
 
 __all__ = ["STATE_CHECK_EVERY", "DeferredWatch", "param_norm"]

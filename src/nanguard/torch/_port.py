@@ -22,10 +22,10 @@ from ..core.ops import ADAPTIVE_OPTIMIZERS
 from ..core.trials import Fix, Trial
 from . import _dist
 from ._backend import Actuator
-from ._findings import Replayer
 from ._recorder import Event
 from ._step import TorchStep
 from ._watched import HYPER, WatchSet, opt_params, plain
+from .replay import Replayer
 from .watch import NormCheck
 
 __all__ = ["TorchPort", "run_context"]

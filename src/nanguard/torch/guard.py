@@ -46,7 +46,6 @@ from ._backend import Actuator
 from ._backward_hooks import BackwardHooks
 from ._datapeek import DataLook
 from ._deferred_hooks import param_norm
-from ._findings import Replayer
 from ._hazard_watch import HazardLook
 from ._modules import ModuleStack
 from ._optimizer_hooks import OptimizerHooks
@@ -54,6 +53,7 @@ from ._port import TorchPort, run_context
 from ._recorder import Event, StepRecorder
 from ._step import TorchStep
 from ._watched import WatchSet, plain
+from .replay import Replayer
 from .snapshot import Snapshotter
 from .watch import NormCheck, check_params
 
