@@ -48,6 +48,7 @@ class BackwardHooks(_autograd.BackwardListener):
         self.step = step
         self.calls = 0
         self.script_clip: float | None = None
+        self._live_checked = False  # the leaves' storage looked at (once: see _after_backward_step)
 
     def before(self, kind: str, roots: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None],
                inputs: Sequence[torch.Tensor] | None) -> None:
@@ -96,6 +97,11 @@ class BackwardHooks(_autograd.BackwardListener):
         weights, whose growth is the evidence for a learning rate that is too high — now."""
         g, st = self.g, self.step
         leaves = g.watch.leaves or []
+        if leaves and not self._live_checked:
+            # FSDP2's unsharded parameters are the graph's leaves, their storage freed after
+            # backward (the real weights are sharded DTensors): never read freed memory
+            self._live_checked = True
+            leaves = g.watch.leaves = [t for t in leaves if _has_storage(t)]
         st.n_losses = len(st.losses)
         chk, pchk = check([p.grad for p in leaves], st.losses, leaves)
         if not chk.finite and self._scaler_owns():
@@ -169,6 +175,15 @@ class BackwardHooks(_autograd.BackwardListener):
     def loader_started(self, loader: Any) -> None:
         """A ``DataLoader`` created its iterator: the data look (``_patches``)."""
         self.g.data.loader_started(loader, self.g.driver.step)
+
+
+def _has_storage(t: torch.Tensor) -> bool:
+    """Does ``t``'s storage hold its elements (not freed by a resize to 0, as FSDP2 does)?"""
+    try:
+        need = (t.storage_offset() + t.numel()) * t.element_size()
+        return t.untyped_storage().nbytes() >= need
+    except (RuntimeError, NotImplementedError):  # no storage to ask (a subclass): not readable
+        return False
 
 
 def scale_of(scaler: Any) -> float:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ._sharded import Shards, is_dtensor, local
 from ._stats import checkable
 from ._untraced import untraced
 
@@ -63,14 +64,28 @@ def _norms(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [n for n in out if n is not None]
 
 
-def _checkable(ts: Sequence[torch.Tensor | None]) -> tuple[list[int], list[torch.Tensor]]:
-    """Indices and tensors of ``ts`` the check reads (:func:`~._stats.checkable`), in one loop."""
+def _checkable(ts: Sequence[torch.Tensor | None], shards: Shards | None = None,
+               offset: int = 0) -> tuple[list[int], list[torch.Tensor]]:
+    """Indices and tensors of ``ts`` the check reads (:func:`~._stats.checkable`), in one loop.
+    A ``DTensor`` (FSDP2) is read on its local shard; with ``shards`` its position is noted for
+    the sum across the mesh — every rank then lists it, an empty shard too (each rank must make
+    the same collective)."""
     idx: list[int] = []
     out: list[torch.Tensor] = []
     for i, t in enumerate(ts):
-        if t is not None and checkable(t):
+        if t is None:
+            continue
+        if checkable(t):
             idx.append(i)
             out.append(t)
+        elif is_dtensor(t):
+            loc = local(t)
+            if shards is not None and loc.is_floating_point():
+                shards.add(offset + len(out), t)
+            elif not checkable(loc):
+                continue
+            idx.append(i)
+            out.append(loc)
     return idx, out
 
 
@@ -85,7 +100,10 @@ def check(
     Returns ``(gradient check, weight check or None)``. Runs at every step (the pre-step hook),
     so it is written for the common case: a handful of Python calls besides the norms.
     """
-    gi, gts = _checkable(grads)
+    # the gradients' shards are summed across the mesh (the same list on every rank); the
+    # weights', read on a cadence each rank keeps, stay local norms: no collective may differ
+    shards = Shards()
+    gi, gts = _checkable(grads, shards)
     pi, pts = _checkable(params) if params else ([], [])
     ls = [x for x in losses if checkable(x)]
     tensors = gts + pts if pts else gts
@@ -98,6 +116,8 @@ def check(
     try:
         dev = tensors[0].device if tensors else ls[0].device
         parts: list[torch.Tensor] = _norms(tensors) if tensors else []
+        if shards:
+            shards.reduce(parts)  # the shards' norms summed across the mesh: the global ones
         for x in ls:
             v = x.detach()
             if v.dim():
