@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from _spawn import Spawn
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
-def test_overhead_benchmark_runs_and_prints_its_tables() -> None:
+def test_overhead_benchmark_runs_and_prints_its_tables(spawn: Spawn) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run(
-        [sys.executable, "benchmarks/overhead.py", "--quick", "--repeats", "1", "--steps", "2", "--no-memory"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    r = spawn.python(
+        "benchmarks/overhead.py", "--quick", "--repeats", "1", "--steps", "2", "--no-memory",
+        cwd=ROOT, timeout=600, env=env,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
@@ -29,26 +28,24 @@ def test_overhead_benchmark_runs_and_prints_its_tables() -> None:
     assert "replay: failure → finding, in plain steps" in out
 
 
-@pytest.mark.slow
-def test_keras_overhead_benchmark_runs() -> None:
+def test_keras_overhead_benchmark_runs(spawn: Spawn) -> None:
     pytest.importorskip("tensorflow")
     pytest.importorskip("keras")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run(
-        [sys.executable, "benchmarks/overhead_keras.py", "--quick", "--steps", "3"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    r = spawn.python(
+        "benchmarks/overhead_keras.py", "--quick", "--steps", "3",
+        cwd=ROOT, timeout=600, env=env,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "| model | size | plain fit ms/step | nanguard callback | enable_check_numerics |" in r.stdout
     assert "| MLP | S |" in r.stdout and "| CNN+BN | S |" in r.stdout
 
 
-@pytest.mark.slow
-def test_watch_profile_prints_the_parts_and_the_ablation() -> None:
+def test_watch_profile_prints_the_parts_and_the_ablation(spawn: Spawn) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run(
-        [sys.executable, "benchmarks/watch_profile.py", "--steps", "3", "--repeats", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    r = spawn.python(
+        "benchmarks/watch_profile.py", "--steps", "3", "--repeats", "1",
+        cwd=ROOT, timeout=600, env=env,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     for part in ("| zero_grad |", "| forward |", "| loss |", "| backward |", "| step |", "| **all** |"):
@@ -56,22 +53,22 @@ def test_watch_profile_prints_the_parts_and_the_ablation() -> None:
     assert "| + the tape of ops outside modules |" in r.stdout
 
 
-def test_scan_wide_prints_time_against_columns() -> None:
+def test_scan_wide_prints_time_against_columns(spawn: Spawn) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    r = subprocess.run(
-        [sys.executable, "benchmarks/scan_wide.py", "--max-columns", "5000", "--repeats", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    r = spawn.python(
+        "benchmarks/scan_wide.py", "--max-columns", "5000", "--repeats", "1",
+        cwd=ROOT, timeout=600, env=env,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "| columns | cells | file | seconds | µs per cell | NaN found |" in r.stdout
     assert "| 5,000 | 10,000 |" in r.stdout and "| NO |" not in r.stdout
 
 
-def test_recurrence_gain_prints_a_row_per_cell_init_and_loss() -> None:
+def test_recurrence_gain_prints_a_row_per_cell_init_and_loss(spawn: Spawn) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    r = subprocess.run(
-        [sys.executable, "benchmarks/recurrence_gain.py", "--length", "12"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    r = spawn.python(
+        "benchmarks/recurrence_gain.py", "--length", "12",
+        cwd=ROOT, timeout=600, env=env,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "×" in line]

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from _spawn import Spawn
+
 pytest.importorskip("matplotlib")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +46,7 @@ def _say(request: pytest.FixtureRequest, text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def chromium(request: pytest.FixtureRequest) -> str:
+def chromium(request: pytest.FixtureRequest, spawn: Spawn) -> str:
     path = _find()
     if path:
         return path
@@ -58,7 +60,7 @@ def chromium(request: pytest.FixtureRequest) -> str:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends",
                                          "chromium"]):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        proc = spawn.run(cmd, env=env, timeout=900)
         if proc.returncode != 0:
             pytest.skip(f"chromium could not be installed ({' '.join(cmd)} failed): "
                         f"{proc.stderr.strip()[-300:]}")
@@ -68,27 +70,26 @@ def chromium(request: pytest.FixtureRequest) -> str:
     return path
 
 
-def _browser(chromium: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _browser(spawn: Spawn, chromium: str, *args: str) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory() as profile:
-        return subprocess.run([chromium, *FLAGS, f"--user-data-dir={profile}", *args],
-                              capture_output=True, text=True, timeout=600)
+        return spawn.run([chromium, *FLAGS, f"--user-data-dir={profile}", *args], timeout=600)
 
 
 @pytest.fixture(scope="module")
-def seed_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def seed_report(tmp_path_factory: pytest.TempPathFactory, spawn: Spawn) -> Path:
     """``nanguard run --report`` on the seed demo (stopped at its first non-finite value)."""
     d = tmp_path_factory.mktemp("browser")
     script = d / "seed.py"
     script.write_text("from nanguard.demos.seed_torch import train\n\ntrain(4.0)\n")
     report = d / "report.html"
-    proc = subprocess.run([sys.executable, "-m", "nanguard", "run", "--report", str(report),
-                           str(script)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    proc = spawn.nanguard("run", "--report", str(report), str(script), timeout=600, cwd=ROOT)
     assert proc.returncode == 3, proc.stderr
     return report
 
 
-def test_the_browser_renders_the_finding_and_the_plots(chromium: str, seed_report: Path) -> None:
-    proc = _browser(chromium, "--virtual-time-budget=5000", "--dump-dom", seed_report.as_uri())
+def test_the_browser_renders_the_finding_and_the_plots(chromium: str, seed_report: Path,
+                                                      spawn: Spawn) -> None:
+    proc = _browser(spawn, chromium, "--virtual-time-budget=5000", "--dump-dom", seed_report.as_uri())
     dom = proc.stdout
     assert proc.returncode == 0 and dom, proc.stderr[-2000:]
     # the finding, at the top
@@ -104,9 +105,10 @@ def test_the_browser_renders_the_finding_and_the_plots(chromium: str, seed_repor
     assert dom.count("first non-finite (step 4)") >= 4
 
 
-def test_screenshot_shows_the_report(chromium: str, seed_report: Path, tmp_path: Path) -> None:
+def test_screenshot_shows_the_report(chromium: str, seed_report: Path, tmp_path: Path,
+                                     spawn: Spawn) -> None:
     png = tmp_path / "shot.png"
-    proc = _browser(chromium, "--window-size=1280,2000", f"--screenshot={png}",
+    proc = _browser(spawn, chromium, "--window-size=1280,2000", f"--screenshot={png}",
                     seed_report.as_uri())
     assert png.exists(), proc.stderr[-2000:]
     from PIL import Image

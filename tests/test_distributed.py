@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from _spawn import Spawn
 
 HERE = Path(__file__).parent
 
@@ -19,22 +19,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run(tmp_path: Path, policy: str) -> list[dict[str, object]]:
+def _run(spawn: Spawn, tmp_path: Path, policy: str) -> list[dict[str, object]]:
     out = tmp_path / "ddp"
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "ddp_worker.py"), str(out), policy, str(_free_port())],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = spawn.python(str(HERE / "ddp_worker.py"), str(out), policy, str(_free_port()), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((tmp_path / f"ddp.rank{r}.json").read_text()) for r in (0, 1)]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["skip", "recover"])
-def test_every_rank_skips_the_same_step(tmp_path: Path, policy: str) -> None:
-    r0, r1 = _run(tmp_path, policy)
+def test_every_rank_skips_the_same_step(tmp_path: Path, policy: str, spawn: Spawn) -> None:
+    r0, r1 = _run(spawn, tmp_path, policy)
     assert r0["skipped"] == r1["skipped"] == [2]
     for r in (r0, r1):
         assert r["finite"] is True
@@ -43,9 +37,8 @@ def test_every_rank_skips_the_same_step(tmp_path: Path, policy: str) -> None:
     assert r0["weights"] == r1["weights"]  # still in sync
 
 
-@pytest.mark.slow
-def test_raise_stops_every_rank_without_hanging(tmp_path: Path) -> None:
-    r0, r1 = _run(tmp_path, "raise")
+def test_raise_stops_every_rank_without_hanging(tmp_path: Path, spawn: Spawn) -> None:
+    r0, r1 = _run(spawn, tmp_path, "raise")
     assert r0["error"] == r1["error"] == {"rank": 1, "phase": "data"}
 
 
@@ -69,14 +62,14 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.slow
-def test_torchrun_ranks_keep_their_own_run_logs_and_report_merges_them(tmp_path: Path) -> None:
+def test_torchrun_ranks_keep_their_own_run_logs_and_report_merges_them(
+        tmp_path: Path, spawn: Spawn) -> None:
     (tmp_path / "train.py").write_text(_TORCHRUN_SCRIPT)
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-         "-m", "nanguard", "run", "--json", "run.json", "train.py"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    proc = spawn.python(
+        "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+        "-m", "nanguard", "run", "--json", "run.json", "train.py",
+        timeout=300, cwd=tmp_path,
         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
     )
     assert proc.returncode != 0  # the ranks stopped with exit status 3
@@ -91,7 +84,6 @@ def test_torchrun_ranks_keep_their_own_run_logs_and_report_merges_them(tmp_path:
     merged = merge_ranks(str(tmp_path / "run.json"))
     assert [x["rank"] for x in merged["ranks"]] == [0, 1] and merged["status"] == "nonfinite"
     assert any(n.startswith("rank 1: nonfinite") for n in merged["notes"])
-    rep = subprocess.run([sys.executable, "-m", "nanguard", "report", "run.json", "-o", "r.html"],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    rep = spawn.nanguard("report", "run.json", "-o", "r.html", timeout=120, cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
     assert "rank 1: nonfinite" in (tmp_path / "r.html").read_text()

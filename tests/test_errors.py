@@ -4,14 +4,13 @@ readable `str(err)`, and demos that say what to install."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 import nanguard
+from _spawn import Spawn
 from nanguard import Cause, GiveUpError, NonFiniteError
 from nanguard.cli import main as cli_main
 
@@ -65,7 +64,7 @@ def test_give_up_error_reads_from_its_first_line() -> None:
     (("tensorflow", "keras"), ["demo", "--framework", "keras"], "pip install 'nanguard[tf]'"),
 ])
 def test_a_demo_without_its_framework_says_what_to_install(
-        blocked: tuple[str, ...], args: list[str], says: str) -> None:
+        blocked: tuple[str, ...], args: list[str], says: str, spawn: Spawn) -> None:
     code = textwrap.dedent(f"""
         import sys
         for name in {blocked!r}:
@@ -73,8 +72,7 @@ def test_a_demo_without_its_framework_says_what_to_install(
         from nanguard.cli import main
         sys.exit(main({args!r}))
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=600, env=ENV)
+    proc = spawn.python("-c", code, timeout=600, env=ENV)
     assert proc.returncode == 2, proc.stderr
     assert says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 

@@ -4,8 +4,6 @@ pattern, before they make a NaN — and nothing risky on code written the safe w
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import nanguard
+from _spawn import Spawn
 from nanguard.core.hazards import Hazard, HazardBook, assess
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -161,12 +160,13 @@ LATENT = """
 
 
 @pytest.mark.parametrize("safe", [False, True])
-def test_the_cli_stops_after_n_steps_and_exits_by_risk(tmp_path: Path, safe: bool) -> None:
+def test_the_cli_stops_after_n_steps_and_exits_by_risk(tmp_path: Path, safe: bool,
+                                                      spawn: Spawn) -> None:
     line = ("loss = torch.nn.functional.cross_entropy(x @ w, y)" if safe else
             "loss = -torch.log(torch.softmax(x @ w, -1)).gather(1, y[:, None]).mean()")
     (tmp_path / "train.py").write_text(textwrap.dedent(LATENT).replace("SAFE", line))
-    r = subprocess.run([sys.executable, "-m", "nanguard", "check", "--steps", "7", "--json", "hz.json",
-                        "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    r = spawn.nanguard("check", "--steps", "7", "--json", "hz.json", "train.py", cwd=tmp_path,
+                       timeout=300)
     assert "trained" not in r.stdout  # stopped after 7 steps, not run to the end
     log = json.loads((tmp_path / "hz.json").read_text())
     assert log["steps"] == 7

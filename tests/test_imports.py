@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 
-
-def _run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=600)
+from _spawn import Spawn
 
 
-def test_core_and_cli_import_without_any_framework() -> None:
-    r = _run("""
+def _run(spawn: Spawn, code: str) -> subprocess.CompletedProcess[str]:
+    return spawn.python("-c", textwrap.dedent(code), timeout=600)
+
+
+def test_core_and_cli_import_without_any_framework(spawn: Spawn) -> None:
+    r = _run(spawn, """
         import sys
         sys.modules["torch"] = None
         sys.modules["tensorflow"] = None
@@ -29,8 +29,8 @@ def test_core_and_cli_import_without_any_framework() -> None:
     assert r.stdout.strip() in {c.value for c in __import__("nanguard").Cause}
 
 
-def test_torch_side_works_without_tensorflow() -> None:
-    r = _run("""
+def test_torch_side_works_without_tensorflow(spawn: Spawn) -> None:
+    r = _run(spawn, """
         import sys
         sys.modules["tensorflow"] = None
         sys.modules["keras"] = None

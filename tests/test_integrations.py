@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import nanguard
+from _spawn import Spawn
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may be downloaded: models are built from configs
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -205,17 +206,15 @@ pl.Trainer(max_steps=8, logger=False, enable_checkpointing=False, enable_progres
 """
 
 
-@pytest.mark.slow
-def test_unmodified_lightning_script_under_nanguard_run_is_checked_after_the_closure(tmp_path: Path) -> None:
+def test_unmodified_lightning_script_under_nanguard_run_is_checked_after_the_closure(
+        tmp_path: Path, spawn: Spawn) -> None:
     import json
-    import subprocess
-    import sys
     import textwrap
 
     script = tmp_path / "pl_div0.py"
     script.write_text(textwrap.dedent(_LIGHTNING_SCRIPT))
-    out = subprocess.run([sys.executable, "-m", "nanguard", "run", "--json", str(tmp_path / "r.json"),
-                          str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = spawn.nanguard("run", "--json", str(tmp_path / "r.json"), str(script), timeout=600,
+                         cwd=tmp_path)
     assert out.returncode == 3, out.stderr[-2000:]
     ev = json.loads((tmp_path / "r.json").read_text())["events"][0]
     assert (ev["op"], ev["phase"], ev["cause"], ev["step"]) == ("aten.div.Tensor", "forward", "unsafe-op", 3)

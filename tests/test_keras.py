@@ -11,7 +11,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ if keras.backend.backend() != "tensorflow":  # pragma: no cover
     pytest.skip("the Keras adapter needs the TensorFlow backend", allow_module_level=True)
 
 import nanguard.keras as nk  # noqa: E402
+from _spawn import Spawn  # noqa: E402
 from nanguard import Cause, GiveUpError, NonFiniteError  # noqa: E402
 from nanguard.keras.snapshot import Snapshotter  # noqa: E402
 
@@ -454,6 +454,23 @@ def test_recover_drops_a_poisoned_batch_and_logs_its_samples() -> None:
     assert cb.findings[0][0].details["samples"] == [{"index": 8, "kind": "+Inf", "features": [1]}]
 
 
+def test_recover_tries_its_fix_on_the_failing_step_before_applying_it() -> None:
+    """The Keras path goes through the same step driver as torch: a learning-rate back-off is
+    tried from the snapshot on the failing step's batch and applied only once verified (the
+    recovery says so, with the losses), never applied untried."""
+    from nanguard.demos import seed_keras
+
+    cb, losses = seed_keras.train(seed_keras.LR, steps=40, policy="recover")
+    (r,) = cb.recoveries
+    assert r["action"] == "rollback" and r["verified"] is True
+    (t,) = [t for t in r["trials"] if t["verified"]]
+    assert t["from_step"] == r["restored_step"] == 0 and t["losses"][-1] < t["losses"][0]
+    assert r["lr_scale"] == pytest.approx(t["lr_factor"])
+    _, diag = cb.findings[0]
+    assert diag.fixes[0].startswith("lr = ") and "verified on the failing step" in diag.fixes[0]
+    assert all(math.isfinite(v) for v in losses[r["step"] + 1:])
+
+
 def test_recover_rolls_back_backs_off_a_schedule_and_finishes() -> None:
     from nanguard.demos import seed_keras
 
@@ -576,16 +593,15 @@ LOOP_SCRIPT = """
 """
 
 
-def _run(tmp_path: Path, body: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(spawn: Spawn, tmp_path: Path, body: str, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "train.py").write_text(textwrap.dedent(body))
-    return subprocess.run(
-        [sys.executable, "-m", "nanguard", "run", *args, "--json", "log.json", "train.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=ENV,
-    )
+    return spawn.nanguard("run", *args, "--json", "log.json", "train.py",
+                          cwd=tmp_path, timeout=600, env=ENV)
 
 
-def test_nanguard_run_on_a_keras_fit_script_exits_3_with_a_json_log(tmp_path: Path) -> None:
-    proc = _run(tmp_path, FIT_SCRIPT)
+def test_nanguard_run_on_a_keras_fit_script_exits_3_with_a_json_log(tmp_path: Path,
+                                                                    spawn: Spawn) -> None:
+    proc = _run(spawn, tmp_path, FIT_SCRIPT)
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "finished" not in proc.stdout
     assert "nanguard: the first non-finite value was made in the forward pass" in proc.stderr
@@ -601,8 +617,8 @@ def test_nanguard_run_on_a_keras_fit_script_exits_3_with_a_json_log(tmp_path: Pa
     assert log["history"][-1]["finite"] is False and log["history"][-1]["event"] == "nonfinite"
 
 
-def test_nanguard_run_guards_a_tensorflow_custom_loop(tmp_path: Path) -> None:
-    proc = _run(tmp_path, LOOP_SCRIPT, "--policy", "skip")
+def test_nanguard_run_guards_a_tensorflow_custom_loop(tmp_path: Path, spawn: Spawn) -> None:
+    proc = _run(spawn, tmp_path, LOOP_SCRIPT, "--policy", "skip")
     assert proc.returncode == 0, proc.stderr[-2000:]
     after = proc.stdout.split("\n64 ")[-1].splitlines()[1:]  # the steps after the bad batch
     assert len(after) == 3 and all(math.isfinite(float(line.split()[1])) for line in after)
@@ -627,7 +643,7 @@ def test_demo_framework_keras(capsys: pytest.CaptureFixture[str]) -> None:
     assert "(finite and decreasing)." in out
 
 
-def test_keras_adapter_needs_no_torch_and_core_needs_no_tensorflow() -> None:
+def test_keras_adapter_needs_no_torch_and_core_needs_no_tensorflow(spawn: Spawn) -> None:
     code = textwrap.dedent(
         """
         import sys
@@ -637,7 +653,7 @@ def test_keras_adapter_needs_no_torch_and_core_needs_no_tensorflow() -> None:
         print("keras ok")
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=ENV)
+    proc = spawn.python("-c", code, timeout=600, env=ENV)
     assert proc.returncode == 0 and "keras ok" in proc.stdout, proc.stderr[-2000:]
     code = textwrap.dedent(
         """
@@ -651,5 +667,5 @@ def test_keras_adapter_needs_no_torch_and_core_needs_no_tensorflow() -> None:
             print("no tf:", isinstance(exc, ImportError))
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=ENV)
+    proc = spawn.python("-c", code, timeout=600, env=ENV)
     assert proc.returncode == 0 and "no tf: True" in proc.stdout, proc.stderr[-2000:]

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import unquote
 
-import pytest
+from _spawn import Spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -118,8 +116,7 @@ def test_demo_normalisation_touches_only_the_time() -> None:
         "a 1.5 s\ncaught at step 4 after <seconds> s, before the bad update reached the weights.")
 
 
-@pytest.mark.slow
-def test_readme_demo_output_is_the_demo_s_real_output() -> None:
+def test_readme_demo_output_is_the_demo_s_real_output(spawn: Spawn) -> None:
     shown = _demo_block(README.read_text(encoding="utf-8"))
     # the demo as a newcomer runs it from the repository: this checkout's source (its `source:`
     # lines are relative to the working directory), plain text (rich prints a panel when it is
@@ -128,8 +125,7 @@ def test_readme_demo_output_is_the_demo_s_real_output() -> None:
            if not k.startswith("NANGUARD_") and k not in _TERMINAL_ENV}
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, "-m", "nanguard", "demo"], capture_output=True,
-                          text=True, cwd=ROOT, env=env, timeout=600)  # a hang guard only
+    proc = spawn.nanguard("demo", cwd=ROOT, env=env, timeout=600)  # a hang guard only
     assert proc.returncode == 0, proc.stderr
     shown_lines, real_lines = _normalise(shown).splitlines(), _normalise(proc.stdout).splitlines()
     assert shown_lines == real_lines, (

@@ -19,6 +19,10 @@ import pytest
 
 pytest.importorskip("torch")
 
+# the whole module is in the end-to-end tier: its runs of `nanguard run` in fresh processes are
+# started by benchmarks/recovery.py, not by the `spawn` fixture that marks the other such tests
+pytestmark = pytest.mark.slow
+
 _RECOVERY = Path(__file__).resolve().parent.parent / "benchmarks" / "recovery.py"
 _spec = importlib.util.spec_from_file_location("nanguard_bench_recovery", _RECOVERY)
 assert _spec is not None and _spec.loader is not None

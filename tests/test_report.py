@@ -6,8 +6,6 @@ import io
 import json
 import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+from _spawn import Spawn
 from nanguard.cli import main as cli_main
 from nanguard.core.history import History, StepRecord
 from nanguard.core.report_html import render_report, write_report
@@ -23,7 +22,6 @@ from nanguard.core.runlog import RunLog
 from nanguard.integrations.live import LiveStatus
 
 ROOT = Path(__file__).resolve().parents[1]
-NANGUARD = [sys.executable, "-m", "nanguard"]
 
 
 def _history(n: int = 30, bad: int | None = 20) -> list[dict[str, Any]]:
@@ -149,15 +147,14 @@ def test_report_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "schema" in capsys.readouterr().err
 
 
-def test_nanguard_run_writes_report_json_and_tensorboard(tmp_path: Path) -> None:
+def test_nanguard_run_writes_report_json_and_tensorboard(tmp_path: Path, spawn: Spawn) -> None:
     pytest.importorskip("tensorboard")
     script = tmp_path / "seed.py"
     script.write_text("from nanguard.demos.seed_torch import train\ntrain(4.0)\n")
     report, runlog, tb = tmp_path / "r.html", tmp_path / "r.json", tmp_path / "tb"
-    proc = subprocess.run(
-        [*NANGUARD, "run", "--report", str(report), "--json", str(runlog), "--tensorboard",
-         str(tb), str(script)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    proc = spawn.nanguard(
+        "run", "--report", str(report), "--json", str(runlog), "--tensorboard", str(tb), str(script),
+        timeout=600, cwd=ROOT,
     )
     assert proc.returncode == 3, proc.stderr
     html = report.read_text()
@@ -175,7 +172,7 @@ def test_nanguard_run_writes_report_json_and_tensorboard(tmp_path: Path) -> None
     assert "nanguard/finding/text_summary" in tags["tensors"]
 
 
-def test_report_without_matplotlib_names_the_extra(tmp_path: Path) -> None:
+def test_report_without_matplotlib_names_the_extra(tmp_path: Path, spawn: Spawn) -> None:
     code = textwrap.dedent(f"""
         import sys
         sys.modules["matplotlib"] = None          # as if it were not installed
@@ -186,7 +183,7 @@ def test_report_without_matplotlib_names_the_extra(tmp_path: Path) -> None:
         except ImportError as exc:
             print("ERR", exc)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    out = spawn.python("-c", code, timeout=600)
     assert "ERR" in out.stdout and "nanguard[report]" in out.stdout, out.stderr
 
 
@@ -328,7 +325,7 @@ def _events(path: Path) -> list[Any]:
     return out
 
 
-def test_tensorboard_logging_imports_no_tensorflow(tmp_path: Path) -> None:
+def test_tensorboard_logging_imports_no_tensorflow(tmp_path: Path, spawn: Spawn) -> None:
     pytest.importorskip("tensorboard")
     code = textwrap.dedent(f"""
         import sys
@@ -341,7 +338,7 @@ def test_tensorboard_logging_imports_no_tensorflow(tmp_path: Path) -> None:
         tb.close()
         print("tensorflow" in sys.modules, "torch" in sys.modules)
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    proc = spawn.python("-c", code, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "False"]  # neither TensorFlow nor torch imported
     (path,) = (tmp_path / "tb").glob("events.out.tfevents.*")

@@ -6,12 +6,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
-import pytest
+from _spawn import Spawn
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
@@ -22,11 +21,9 @@ def _script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
     return p
 
 
-def _ng(tmp_path: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nanguard", "run", *args],
-        cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=ENV,
-    )
+def _ng(spawn: Spawn, tmp_path: Path, *args: str,
+        timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return spawn.nanguard("run", *args, cwd=tmp_path, timeout=timeout, env=ENV)
 
 
 HEALTHY = """
@@ -48,11 +45,10 @@ HEALTHY = """
 """
 
 
-def test_healthy_script_output_is_unchanged_bit_for_bit(tmp_path: Path) -> None:
+def test_healthy_script_output_is_unchanged_bit_for_bit(tmp_path: Path, spawn: Spawn) -> None:
     script = _script(tmp_path, HEALTHY)
-    plain = subprocess.run([sys.executable, str(script), "20"], cwd=tmp_path, capture_output=True,
-                           text=True, env=ENV, timeout=600)
-    guarded = _ng(tmp_path, "--json", "log.json", "train.py", "20")
+    plain = spawn.python(str(script), "20", cwd=tmp_path, env=ENV, timeout=600)
+    guarded = _ng(spawn, tmp_path, "--json", "log.json", "train.py", "20")
     assert plain.returncode == guarded.returncode == 0
     assert guarded.stdout == plain.stdout
     assert "main ['20']" in guarded.stdout
@@ -84,9 +80,9 @@ NAN = """
 """
 
 
-def test_nonfinite_exits_3_with_the_finding_and_json(tmp_path: Path) -> None:
+def test_nonfinite_exits_3_with_the_finding_and_json(tmp_path: Path, spawn: Spawn) -> None:
     _script(tmp_path, NAN)
-    r = _ng(tmp_path, "--json", "out/log.json", "train.py")
+    r = _ng(spawn, tmp_path, "--json", "out/log.json", "train.py")
     assert r.returncode == 3, r.stderr
     assert "SqrtBackward0" in r.stderr and "cause: unsafe-op" in r.stderr
     assert r.stdout == ""  # stopped before the first print: at step 0
@@ -99,9 +95,9 @@ def test_nonfinite_exits_3_with_the_finding_and_json(tmp_path: Path) -> None:
         assert key in ev
 
 
-def test_policy_skip_keeps_the_run_going(tmp_path: Path) -> None:
+def test_policy_skip_keeps_the_run_going(tmp_path: Path, spawn: Spawn) -> None:
     _script(tmp_path, NAN)
-    r = _ng(tmp_path, "--policy", "skip", "--json", "log.json", "train.py")
+    r = _ng(spawn, tmp_path, "--policy", "skip", "--json", "log.json", "train.py")
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("step") == 5
     log = json.loads((tmp_path / "log.json").read_text())
@@ -112,9 +108,10 @@ def test_policy_skip_keeps_the_run_going(tmp_path: Path) -> None:
     assert "in all: 0 rollbacks, 0 batches dropped, 5 skipped" in r.stderr
 
 
-def test_policy_recover_says_why_it_stopped_on_a_cause_with_no_blind_fix(tmp_path: Path) -> None:
+def test_policy_recover_says_why_it_stopped_on_a_cause_with_no_blind_fix(
+        tmp_path: Path, spawn: Spawn) -> None:
     _script(tmp_path, NAN)  # sqrt(0) in backward: unsafe-op
-    r = _ng(tmp_path, "--policy", "recover", "--json", "log.json", "train.py")
+    r = _ng(spawn, tmp_path, "--policy", "recover", "--json", "log.json", "train.py")
     assert r.returncode == 3, r.stderr
     note = "policy 'recover' stopped here: unsafe-op has no blind fix"
     assert f"nanguard: {note}" in r.stderr
@@ -122,7 +119,7 @@ def test_policy_recover_says_why_it_stopped_on_a_cause_with_no_blind_fix(tmp_pat
     assert any(n.startswith(note) for n in log["notes"])
 
 
-def test_policy_recover_says_what_it_changed(tmp_path: Path) -> None:
+def test_policy_recover_says_what_it_changed(tmp_path: Path, spawn: Spawn) -> None:
     _script(tmp_path, """
         import torch, torch.nn as nn, torch.nn.functional as F
         torch.manual_seed(0)
@@ -135,20 +132,20 @@ def test_policy_recover_says_what_it_changed(tmp_path: Path) -> None:
             F.mse_loss(model(x), y).backward()
             opt.step()
     """)
-    r = _ng(tmp_path, "--policy", "recover", "train.py")
+    r = _ng(spawn, tmp_path, "--policy", "recover", "train.py")
     assert r.returncode == 0, r.stderr
     assert "(policy recover):" in r.stderr and "learning-rate-too-high → rollback" in r.stderr
     assert "the learning rate is now ×" in r.stderr and "the run log: nanguard run --json PATH" in r.stderr
 
 
-def test_other_exceptions_keep_their_traceback_and_status(tmp_path: Path) -> None:
+def test_other_exceptions_keep_their_traceback_and_status(tmp_path: Path, spawn: Spawn) -> None:
     _script(tmp_path, """
         import torch
         def helper():
             raise KeyError("no such column")
         helper()
     """)
-    r = _ng(tmp_path, "--json", "log.json", "train.py")
+    r = _ng(spawn, tmp_path, "--json", "log.json", "train.py")
     assert r.returncode == 1
     assert 'File "' in r.stderr and "train.py\", line 4, in helper" in r.stderr
     assert "KeyError: 'no such column'" in r.stderr
@@ -156,21 +153,21 @@ def test_other_exceptions_keep_their_traceback_and_status(tmp_path: Path) -> Non
     assert json.loads((tmp_path / "log.json").read_text())["status"] == "error"
 
 
-def test_sys_exit_status_is_kept(tmp_path: Path) -> None:
+def test_sys_exit_status_is_kept(tmp_path: Path, spawn: Spawn) -> None:
     _script(tmp_path, "import sys, torch\nprint('bye')\nsys.exit(7)\n")
-    r = _ng(tmp_path, "train.py")
+    r = _ng(spawn, tmp_path, "train.py")
     assert r.returncode == 7 and r.stdout == "bye\n"
 
 
-def test_missing_script_and_syntax_error(tmp_path: Path) -> None:
-    r = _ng(tmp_path, "nope.py")
+def test_missing_script_and_syntax_error(tmp_path: Path, spawn: Spawn) -> None:
+    r = _ng(spawn, tmp_path, "nope.py")
     assert r.returncode == 2 and "no such file: nope.py" in r.stderr
     _script(tmp_path, "def f(:\n  pass\n", "bad.py")
-    r = _ng(tmp_path, "bad.py")
+    r = _ng(spawn, tmp_path, "bad.py")
     assert r.returncode == 1 and "SyntaxError" in r.stderr
 
 
-def test_crash_caused_by_nan_is_explained_first(tmp_path: Path) -> None:
+def test_crash_caused_by_nan_is_explained_first(tmp_path: Path, spawn: Spawn) -> None:
     _script(tmp_path, """
         import torch, torch.nn as nn
         torch.manual_seed(0)
@@ -180,7 +177,7 @@ def test_crash_caused_by_nan_is_explained_first(tmp_path: Path) -> None:
         probs = torch.softmax(policy(torch.randn(5, 4)), -1)
         action = torch.multinomial(probs, 1)      # dies of the NaN in its own way
     """)
-    r = _ng(tmp_path, "--json", "log.json", "train.py")
+    r = _ng(spawn, tmp_path, "--json", "log.json", "train.py")
     assert r.returncode == 3
     assert "RuntimeError" in r.stderr  # the script's own error is still shown
     assert "caused by a non-finite value" in r.stderr
@@ -193,7 +190,7 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_json_is_written_on_ctrl_c(tmp_path: Path) -> None:
+def test_json_is_written_on_ctrl_c(tmp_path: Path, spawn: Spawn) -> None:
     _script(tmp_path, """
         import time, torch
         print("ready", flush=True)
@@ -202,9 +199,8 @@ def test_json_is_written_on_ctrl_c(tmp_path: Path) -> None:
     """)
     # a shell without job control starts background jobs with SIGINT ignored, and a child inherits
     # that; give the child the default a terminal's Ctrl-C would meet
-    p = subprocess.Popen([sys.executable, "-m", "nanguard", "run", "--json", "log.json", "train.py"],
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-                         preexec_fn=_default_sigint)
+    p = spawn.popen("-m", "nanguard", "run", "--json", "log.json", "train.py",
+                    cwd=tmp_path, env=ENV, preexec_fn=_default_sigint)
     assert p.stdout is not None
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.2)
@@ -215,8 +211,7 @@ def test_json_is_written_on_ctrl_c(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "log.json").read_text())["status"] == "interrupted"
 
 
-@pytest.mark.slow
-def test_dataloader_workers_and_torch_compile(tmp_path: Path) -> None:
+def test_dataloader_workers_and_torch_compile(tmp_path: Path, spawn: Spawn) -> None:
     _script(tmp_path, """
         import torch, torch.nn as nn, torch.nn.functional as F
         from torch.utils.data import DataLoader, TensorDataset
@@ -232,7 +227,7 @@ def test_dataloader_workers_and_torch_compile(tmp_path: Path) -> None:
         if __name__ == "__main__":
             main()
     """)
-    r = _ng(tmp_path, "--json", "log.json", "train.py", timeout=600)
+    r = _ng(spawn, tmp_path, "--json", "log.json", "train.py", timeout=600)
     assert r.returncode == 3, r.stderr[-2000:]
     (ev,) = json.loads((tmp_path / "log.json").read_text())["events"]
     assert ev["phase"] == "data" and ev["step"] == 2
@@ -240,17 +235,18 @@ def test_dataloader_workers_and_torch_compile(tmp_path: Path) -> None:
     assert "torch.compile" in ev["details"]["note"]
 
 
-def test_python_dash_m_and_env_policy(tmp_path: Path) -> None:
+def test_python_dash_m_and_env_policy(tmp_path: Path, spawn: Spawn) -> None:
     _script(tmp_path, NAN)
-    r = subprocess.run([sys.executable, "-m", "nanguard", "run", "train.py"], cwd=tmp_path,
-                       capture_output=True, text=True, env={**ENV, "NANGUARD_POLICY": "skip"}, timeout=600)
+    r = spawn.nanguard("run", "train.py", cwd=tmp_path, env={**ENV, "NANGUARD_POLICY": "skip"},
+                       timeout=600)
     assert r.returncode == 0
-    r = subprocess.run([sys.executable, "-m", "nanguard", "run", "train.py"], cwd=tmp_path,
-                       capture_output=True, text=True, env={**ENV, "NANGUARD_POLICY": "bogus"}, timeout=600)
+    r = spawn.nanguard("run", "train.py", cwd=tmp_path, env={**ENV, "NANGUARD_POLICY": "bogus"},
+                       timeout=600)
     assert r.returncode == 2 and "NANGUARD_POLICY='bogus'" in r.stderr
 
 
-def test_trace_names_the_op_in_a_custom_function_backward_before_the_guard_fires(tmp_path: Path) -> None:
+def test_trace_names_the_op_in_a_custom_function_backward_before_the_guard_fires(
+        tmp_path: Path, spawn: Spawn) -> None:
     # no optimizer: backward() is the step marker, and the guard's own check runs after it too
     _script(tmp_path, """
         import torch, torch.nn as nn
@@ -271,7 +267,7 @@ def test_trace_names_the_op_in_a_custom_function_backward_before_the_guard_fires
         model = nn.Sequential(nn.Linear(4, 8), Act(), nn.Linear(8, 1))
         model(torch.randn(16, 4)).sum().backward()
     """)
-    r = _ng(tmp_path, "--trace", "--json", "log.json", "train.py")
+    r = _ng(spawn, tmp_path, "--trace", "--json", "log.json", "train.py")
     assert r.returncode == 3, r.stderr
     (ev,) = json.loads((tmp_path / "log.json").read_text())["events"]
     assert (ev["op"], ev["phase"], ev["module"], ev["grad_fn"]) == ("aten.div.Tensor", "backward", "1", "InvBackward")

@@ -7,14 +7,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
+from _spawn import HANG_S, Spawn
+
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 ROOT = Path(__file__).resolve().parents[1]
-HANG_S = 600  # a hang guard only: these runs take seconds
 
 #: stops on a non-finite value at step 4 (the seed demo)
 SEED = "from nanguard.demos.seed_torch import train\ntrain(4.0)\n"
@@ -26,21 +26,20 @@ def _write(tmp_path: Path, body: str, name: str = "train.py") -> Path:
     return p
 
 
-def _ng(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+def _ng(spawn: Spawn, tmp_path: Path, *args: str, env: dict[str, str] | None = None,
         code: str | None = None) -> subprocess.CompletedProcess[str]:
     """``nanguard run ARGS`` in a fresh process; ``code`` runs first (to simulate faults)."""
-    cmd = [sys.executable, "-m", "nanguard", "run", *args]
+    cmd = ["-m", "nanguard", "run", *args]
     if code is not None:
-        cmd = [sys.executable, "-c", code + "\nimport sys\nfrom nanguard.cli import main\n"
+        cmd = ["-c", code + "\nimport sys\nfrom nanguard.cli import main\n"
                f"sys.exit(main(['run', *{list(args)!r}]))"]
-    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S,
-                          env=env or ENV)
+    return spawn.python(*cmd, cwd=tmp_path, timeout=HANG_S, env=env or ENV)
 
 
 # --- outputs --------------------------------------------------------------------------------------
 
 
-def test_outputs_are_checked_before_the_script_starts(tmp_path: Path) -> None:
+def test_outputs_are_checked_before_the_script_starts(tmp_path: Path, spawn: Spawn) -> None:
     _write(tmp_path, "open('ran', 'w').close()\n")
     (tmp_path / "afile").write_text("")
     for args, says in (
@@ -48,16 +47,16 @@ def test_outputs_are_checked_before_the_script_starts(tmp_path: Path) -> None:
         (["--report", "afile/sub/r.html"], "cannot create the folder"),
         (["--json", str(tmp_path)], "is a directory"),
     ):
-        r = _ng(tmp_path, *args, "train.py")
+        r = _ng(spawn, tmp_path, *args, "train.py")
         assert r.returncode == 2, r.stderr
         assert says in r.stderr and "nothing was run" in r.stderr and "Traceback" not in r.stderr
         assert not (tmp_path / "ran").exists()
-    r = _ng(tmp_path, "--json", "runs/exp1/run.json", "train.py")  # a new folder: created first
+    r = _ng(spawn, tmp_path, "--json", "runs/exp1/run.json", "train.py")  # a new folder: created first
     assert r.returncode == 0 and "created the folder" in r.stderr, r.stderr
     assert (tmp_path / "runs" / "exp1" / "run.json").exists() and (tmp_path / "ran").exists()
     (tmp_path / "ran").unlink()
     hide = "import sys\nsys.modules['matplotlib'] = None  # as if it were not installed"
-    r = _ng(tmp_path, "--report", "r.html", "train.py", code=hide)
+    r = _ng(spawn, tmp_path, "--report", "r.html", "train.py", code=hide)
     assert r.returncode == 2 and "--report needs matplotlib" in r.stderr, r.stderr
     assert "nanguard[report]" in r.stderr and not (tmp_path / "ran").exists()
 
@@ -71,15 +70,16 @@ RunLog.write = full
 """
 
 
-def test_a_failed_output_keeps_the_findings_status_and_the_other_output(tmp_path: Path) -> None:
+def test_a_failed_output_keeps_the_findings_status_and_the_other_output(
+        tmp_path: Path, spawn: Spawn) -> None:
     _write(tmp_path, SEED)
-    r = _ng(tmp_path, "--json", "run.json", "--report", "r.html", "train.py", code=FULL_DISK)
+    r = _ng(spawn, tmp_path, "--json", "run.json", "--report", "r.html", "train.py", code=FULL_DISK)
     assert r.returncode == 3, r.stderr  # the finding's status, not 1
     assert "could not write the run log to run.json: No space left on device" in r.stderr
     assert "Traceback" not in r.stderr and "the first non-finite value" in r.stderr
     assert "aten.addmm.default" in (tmp_path / "r.html").read_text()  # written all the same
     _write(tmp_path, "print('healthy')\n")
-    r = _ng(tmp_path, "--json", "run.json", "--report", "r2.html", "train.py", code=FULL_DISK)
+    r = _ng(spawn, tmp_path, "--json", "run.json", "--report", "r2.html", "train.py", code=FULL_DISK)
     assert r.returncode == 2 and (tmp_path / "r2.html").exists()  # a healthy run: 0 becomes 2
 
 
@@ -95,24 +95,24 @@ raise KeyboardInterrupt  # the first Ctrl-C
 """
 
 
-def test_a_second_ctrl_c_does_not_lose_the_outputs(tmp_path: Path) -> None:
+def test_a_second_ctrl_c_does_not_lose_the_outputs(tmp_path: Path, spawn: Spawn) -> None:
     _write(tmp_path, SECOND_CTRL_C)
-    r = _ng(tmp_path, "--json", "run.json", "--report", "r.html", "train.py")
+    r = _ng(spawn, tmp_path, "--json", "run.json", "--report", "r.html", "train.py")
     assert r.returncode == 130, r.stderr
     assert "finishing the run log and the report first" in r.stderr and "Traceback" not in r.stderr
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "interrupted"
     assert "interrupted" in (tmp_path / "r.html").read_text()
 
 
-def test_sigterm_exits_143_and_writes_the_run_log(tmp_path: Path) -> None:
+def test_sigterm_exits_143_and_writes_the_run_log(tmp_path: Path, spawn: Spawn) -> None:
     _write(tmp_path, """
         import time, torch
         print("ready", flush=True)
         while True:
             time.sleep(0.05)
     """)
-    p = subprocess.Popen([sys.executable, "-m", "nanguard", "run", "--json", "log.json", "train.py"],
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    p = spawn.popen("-m", "nanguard", "run", "--json", "log.json", "train.py",
+                    cwd=tmp_path, env=ENV)
     assert p.stdout is not None and p.stdout.readline().strip() == "ready"
     time.sleep(0.2)
     p.send_signal(signal.SIGTERM)
@@ -122,9 +122,9 @@ def test_sigterm_exits_143_and_writes_the_run_log(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "log.json").read_text())["status"] == "interrupted"
 
 
-def test_the_run_log_has_the_reports_permissions(tmp_path: Path) -> None:
+def test_the_run_log_has_the_reports_permissions(tmp_path: Path, spawn: Spawn) -> None:
     _write(tmp_path, "print('ok')\n")
-    r = _ng(tmp_path, "--json", "run.json", "--report", "r.html", "train.py")
+    r = _ng(spawn, tmp_path, "--json", "run.json", "--report", "r.html", "train.py")
     assert r.returncode == 0, r.stderr
     modes = {p: (tmp_path / p).stat().st_mode & 0o777 for p in ("run.json", "r.html")}
     umask = os.umask(0o022)
@@ -135,16 +135,15 @@ def test_the_run_log_has_the_reports_permissions(tmp_path: Path) -> None:
 # --- as `python script.py` ------------------------------------------------------------------------
 
 
-def test_file_is_absolute_as_under_python(tmp_path: Path) -> None:
+def test_file_is_absolute_as_under_python(tmp_path: Path, spawn: Spawn) -> None:
     _write(tmp_path, """
         import os
         here = __file__
         os.chdir("/")
         print(os.path.isabs(here), os.path.exists(here))
     """)
-    plain = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True,
-                           text=True, timeout=HANG_S, env=ENV)
-    guarded = _ng(tmp_path, "train.py")
+    plain = spawn.python("train.py", cwd=tmp_path, timeout=HANG_S, env=ENV)
+    guarded = _ng(spawn, tmp_path, "train.py")
     assert guarded.returncode == plain.returncode == 0, guarded.stderr
     assert guarded.stdout == plain.stdout == "True True\n"
 
@@ -152,9 +151,10 @@ def test_file_is_absolute_as_under_python(tmp_path: Path) -> None:
 # --- what the terminal says matches the run log -------------------------------------------------
 
 
-def test_a_policy_that_gave_up_says_so_and_names_the_first_step(tmp_path: Path) -> None:
+def test_a_policy_that_gave_up_says_so_and_names_the_first_step(
+        tmp_path: Path, spawn: Spawn) -> None:
     scenario = ROOT / "benchmarks" / "scenarios" / "lr_sgd_lr10_mlp.py"
-    r = _ng(tmp_path, "--policy", "skip", "--json", "run.json", str(scenario))
+    r = _ng(spawn, tmp_path, "--policy", "skip", "--json", "run.json", str(scenario))
     assert r.returncode == 3, r.stderr[-2000:]
     log = json.loads((tmp_path / "run.json").read_text())
     first, last = log["events"][0]["step"], log["events"][-1]["step"]

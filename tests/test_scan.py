@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
+import os
 import textwrap
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 
 import nanguard
+from _spawn import Spawn
 from nanguard.cli import main as cli_main
 from nanguard.datascan import ScanError, ScanReport
 
@@ -173,14 +173,12 @@ def test_pt_checkpoint_loaded_safely(tmp_path: Path) -> None:
     # a pickle that would run code is refused, and its code never runs
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
-    code = textwrap.dedent(f"""
-        import os, torch
-        class Evil:
-            def __reduce__(self):
-                return (os.system, ("touch {marker}",))
-        torch.save({{"x": Evil()}}, {str(evil)!r})
-    """)
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
+
+    class Evil:
+        def __reduce__(self) -> tuple[object, ...]:  # only loading the file would run the command
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"x": Evil()}, evil)
     with pytest.raises(ValueError, match=r"holds Python objects beyond tensors .* never runs code"):
         nanguard.scan(evil)
     assert not marker.exists()
@@ -278,8 +276,7 @@ def test_cli_exit_codes_json_and_directories(tmp_path: Path, capsys: pytest.Capt
     capsys.readouterr()
 
 
-@pytest.mark.slow
-def test_a_file_larger_than_1gb_streams_in_bounded_memory(tmp_path: Path) -> None:
+def test_a_file_larger_than_1gb_streams_in_bounded_memory(tmp_path: Path, spawn: Spawn) -> None:
     """1.1 GB of float32 (4.3M rows × 64) scanned in a fresh process: peak memory stays far
     below the file size (chunks of 16 MiB), and the two planted values are found."""
     path = tmp_path / "big.npy"
@@ -310,7 +307,7 @@ def test_a_file_larger_than_1gb_streams_in_bounded_memory(tmp_path: Path) -> Non
                           "cells": [(b.index, c.column, c.kind) for b in r.bad_rows
                                     for c in b.cells], "rows": r.rows}}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    out = spawn.python("-c", code, timeout=600)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["rows"] == rows

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import nanguard
+from _spawn import Spawn
 from nanguard import Cause, NonFiniteError
 
 
@@ -182,14 +181,12 @@ print(json.dumps({"lr_scale": g.recovery_state.lr_scale, "loss": loss.item(),
 """
 
 
-@pytest.mark.slow
-def test_a_scripts_own_attach_adopts_the_guard_of_nanguard_run(tmp_path: Path) -> None:
+def test_a_scripts_own_attach_adopts_the_guard_of_nanguard_run(tmp_path: Path, spawn: Spawn) -> None:
     script = tmp_path / "own_guard.py"
     script.write_text(textwrap.dedent(_SCRIPT_WITH_ITS_OWN_GUARD))
-    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
-    under = subprocess.run([sys.executable, "-m", "nanguard", "run", "--policy", "raise",
-                            "--json", str(tmp_path / "run.json"), str(script)],
-                           capture_output=True, text=True, timeout=300)
+    plain = spawn.python(str(script), timeout=300)
+    under = spawn.nanguard("run", "--policy", "raise", "--json", str(tmp_path / "run.json"), str(script),
+                           timeout=300)
     assert plain.returncode == 0, plain.stderr
     assert under.returncode == 0, under.stderr
     # one guard acted: the back-off and the result are those of the script's guard alone
@@ -257,12 +254,10 @@ def _quiet() -> Any:
     return contextlib.redirect_stderr(io.StringIO())
 
 
-@pytest.mark.slow
-def test_nanguard_run_reports_a_finding_the_script_swallowed(tmp_path: Path) -> None:
+def test_nanguard_run_reports_a_finding_the_script_swallowed(tmp_path: Path, spawn: Spawn) -> None:
     script = tmp_path / "swallow.py"
     script.write_text(textwrap.dedent(_SWALLOWING_SCRIPT))
-    out = subprocess.run([sys.executable, "-m", "nanguard", "run", "--json", str(tmp_path / "r.json"),
-                          str(script)], capture_output=True, text=True, timeout=300)
+    out = spawn.nanguard("run", "--json", str(tmp_path / "r.json"), str(script), timeout=300)
     assert out.returncode == 3, out.stderr
     assert out.stdout.strip() == "applied 11"  # the later steps ran and were applied
     assert "made in the input data at step 2" in out.stderr or "step 2" in out.stderr

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from collections import OrderedDict
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 from torch import nn
 
 import nanguard
+from _spawn import Spawn
 from nanguard import NonFiniteError
 from nanguard.core import ops
 
@@ -119,12 +119,11 @@ CAUSAL_MASKS = """
 """
 
 
-def _run(tmp_path: Path, body: str, *flags: str) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
+def _run(spawn: Spawn, tmp_path: Path, body: str,
+         *flags: str) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
     (tmp_path / "train.py").write_text(textwrap.dedent(body))
-    r = subprocess.run(
-        [sys.executable, "-m", "nanguard", "run", *flags, "--json", "log.json", "train.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=180, env=ENV,
-    )
+    r = spawn.nanguard("run", *flags, "--json", "log.json", "train.py",
+                       cwd=tmp_path, timeout=180, env=ENV)
     return r, json.loads((tmp_path / "log.json").read_text())
 
 
@@ -328,9 +327,9 @@ def _event(log: dict) -> tuple[object, ...]:  # type: ignore[type-arg]
     ids=["bare-log0", "module-log0", "inplace-weights", "metric"],
 )
 def test_trace_run_finds_what_went_nowhere(tmp_path: Path, body: str, expected: tuple[object, ...],
-                                           source: str) -> None:
+                                           source: str, spawn: Spawn) -> None:
     for flags in ((), ("--trace",)):
-        r, log = _run(tmp_path, body, *flags)
+        r, log = _run(spawn, tmp_path, body, *flags)
         if flags:
             assert r.returncode == 3, r.stderr
             assert log["status"] == "nonfinite" and _event(log) == expected
@@ -342,33 +341,33 @@ def test_trace_run_finds_what_went_nowhere(tmp_path: Path, body: str, expected: 
 
 
 @pytest.mark.parametrize("_check_mode", ["sync"], indirect=True)
-def test_trace_run_of_causal_masks_is_healthy(tmp_path: Path) -> None:
-    plain = subprocess.run([sys.executable, "-c", textwrap.dedent(CAUSAL_MASKS)], capture_output=True,
-                           text=True, timeout=180, env=ENV)
-    r, log = _run(tmp_path, CAUSAL_MASKS, "--trace")
+def test_trace_run_of_causal_masks_is_healthy(tmp_path: Path, spawn: Spawn) -> None:
+    plain = spawn.python("-c", textwrap.dedent(CAUSAL_MASKS), timeout=180, env=ENV)
+    r, log = _run(spawn, tmp_path, CAUSAL_MASKS, "--trace")
     assert r.returncode == 0, r.stderr
     assert log["status"] == "ok" and log["events"] == [] and log["steps"] == 3
     assert r.stdout == plain.stdout and log["notes"] == []
 
 
 @pytest.mark.parametrize("_check_mode", ["sync"], indirect=True)
-def test_a_run_with_no_step_says_nothing_was_watched(tmp_path: Path) -> None:
-    r, log = _run(tmp_path, NO_STEP)
+def test_a_run_with_no_step_says_nothing_was_watched(tmp_path: Path, spawn: Spawn) -> None:
+    r, log = _run(spawn, tmp_path, NO_STEP)
     note = ("no optimizer step and no backward() ran: nothing was watched; --trace checks every op "
             "(nanguard run --trace ...)")
     assert r.returncode == 0 and r.stdout == "(3, 2)\n"
     assert log["notes"] == [note] and f"nanguard: {note}" in r.stderr
-    r, log = _run(tmp_path, NO_STEP, "--trace")
+    r, log = _run(spawn, tmp_path, NO_STEP, "--trace")
     assert r.returncode == 0 and log["events"] == []
     assert log["notes"] == ["no optimizer step and no backward() ran; --trace checked every op"]
 
 
 @pytest.mark.parametrize("_check_mode", ["sync"], indirect=True)
-def test_trace_run_judges_values_when_the_script_exits_with_status_0(tmp_path: Path) -> None:
+def test_trace_run_judges_values_when_the_script_exits_with_status_0(tmp_path: Path,
+                                                                   spawn: Spawn) -> None:
     body = BARE_LOG0 + "    import sys\n    sys.exit(0)\n"
-    r, log = _run(tmp_path, body, "--trace")
+    r, log = _run(spawn, tmp_path, body, "--trace")
     assert r.returncode == 3 and _event(log) == ("aten.log.default", "forward", None, "output")
     body = BARE_LOG0 + "    raise SystemExit(5)\n"  # the script's own failure stands
-    r, log = _run(tmp_path, body, "--trace")
+    r, log = _run(spawn, tmp_path, body, "--trace")
     assert r.returncode == 5 and log["events"] == []
     assert any("not judged" in n for n in log["notes"])

@@ -5,8 +5,6 @@ applied, pre-clip evidence, advice that does not repeat the script, the judged o
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import nanguard
+from _spawn import Spawn
 from nanguard.core.case import RunContext
 from nanguard.core.diagnosis import diagnose
 from nanguard.core.finding import Finding
@@ -123,12 +122,11 @@ print("final loss", loss.item())
 """
 
 
-def test_nanguard_run_says_not_recovered_with_exit_status_4(tmp_path: Path) -> None:
+def test_nanguard_run_says_not_recovered_with_exit_status_4(tmp_path: Path, spawn: Spawn) -> None:
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(NOT_RECOVERED))
     log = tmp_path / "run.json"
-    r = subprocess.run([sys.executable, "-m", "nanguard", "run", "--policy", "recover", "--json", str(log),
-                        str(script)], capture_output=True, text=True, timeout=300)
+    r = spawn.nanguard("run", "--policy", "recover", "--json", str(log), str(script), timeout=300)
     assert r.returncode == 4, r.stderr
     doc = json.loads(log.read_text())
     assert doc["status"] == "not-recovered" and doc["exit_code"] == 4
