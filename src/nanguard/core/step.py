@@ -46,7 +46,7 @@ class StepOrderError(RuntimeError):
     """An event of a step came out of order: an error inside nanguard, never the run's."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Reading:
     """One step as the adapter read it: plain numbers, nothing of the framework's.
 
@@ -85,11 +85,17 @@ class StepPort(Backend, Protocol):
     """What the driver asks of the framework, for the step in progress (with the controller's
     :class:`~nanguard.core.controller.Backend`, which carries out a decision)."""
 
-    #: the optimizer's ``eps`` (``None``: none); an adaptive optimizer (clipping cannot shrink
-    #: its step); a clipping threshold the script applies itself
-    eps: float | None
-    adaptive: bool
-    script_clip: float | None
+    @property
+    def eps(self) -> float | None:
+        """The optimizer's ``eps`` (``None``: none)."""
+
+    @property
+    def adaptive(self) -> bool:
+        """An adaptive optimizer: clipping cannot shrink its step."""
+
+    @property
+    def script_clip(self) -> float | None:
+        """A clipping threshold the script applies itself."""
 
     def agree(self, ok: bool) -> tuple[bool, list[int]]:
         """``(every rank ok, the ranks that were not)``; one collective under torch.distributed."""

@@ -52,7 +52,7 @@ class BackwardHooks(_autograd.BackwardListener):
 
     def before(self, kind: str, roots: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None],
                inputs: Sequence[torch.Tensor] | None) -> None:
-        if self.step.in_optimizer:
+        if self.step.where is Where.OPTIMIZER:
             return  # the optimizer's own autograd calls are not the step's backward
         g = self.g
         g.recorder.backward(kind, roots, grads, inputs)
@@ -81,7 +81,7 @@ class BackwardHooks(_autograd.BackwardListener):
 
     def after(self, kind: str, roots: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor] | None,
               result: Any) -> None:
-        if self.step.in_optimizer:
+        if self.step.where is Where.OPTIMIZER:
             return
         try:
             if kind == "backward" and self.step.where is not Where.CLOSURE:

@@ -8,8 +8,8 @@ user's objects), torch.distributed (``agree``, ``share``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,10 +23,11 @@ from ..core.trials import Fix, Trial
 from . import _dist
 from ._backend import Actuator
 from ._recorder import Event
-from ._step import TorchStep
 from ._watched import HYPER, WatchSet, opt_params, plain
-from .replay import Replayer
 from .watch import NormCheck
+
+if TYPE_CHECKING:
+    from .guard import Guard
 
 __all__ = ["TorchPort", "run_context"]
 
@@ -59,21 +60,29 @@ def run_context(watch: WatchSet, actuator: Actuator, controller: StepController,
 
 
 class TorchPort:
-    """The step port of one torch step (see the module docstring)."""
+    """The step port of one torch step (see the module docstring). Made at every check, so it
+    only names the step's tensors; what a failure needs (``eps``, the context) is read then."""
 
-    def __init__(self, *, actuator: Actuator, replayer: Replayer, controller: StepController,
-                 params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None, check: NormCheck,
-                 step: int, sinks: Sequence[Any], events: Sequence[Event] | None,
-                 script_clip: float | None, context: Callable[[], RunContext],
-                 hold: Callable[[bool], None], scaled: bool, apply_once: TorchStep | None = None) -> None:
-        self.actuator, self.replayer, self.controller = actuator, replayer, controller
-        self.params, self.opt, self.chk = list(params), opt, check
+    def __init__(self, guard: Guard, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None,
+                 check: NormCheck, sinks: Sequence[Any], step: int,
+                 events: Sequence[Event] | None = None) -> None:
+        self.guard, self.actuator, self.replayer = guard, guard.actuator, guard.replayer
+        self.params, self.opt, self.chk = params, opt, check
         self.step, self.sinks, self.events = step, sinks, events
-        self.script_clip = script_clip
-        self._context, self._hold, self._scaled, self._once = context, hold, scaled, apply_once
+
+    @property
+    def eps(self) -> float | None:
+        opt = self.opt
         e = opt.param_groups[0].get("eps") if opt is not None and opt.param_groups else None
-        self.eps = float(e) if isinstance(e, (int, float)) else None
-        self.adaptive = opt is not None and type(opt).__name__ in ADAPTIVE_OPTIMIZERS
+        return float(e) if isinstance(e, (int, float)) else None
+
+    @property
+    def adaptive(self) -> bool:
+        return self.opt is not None and type(self.opt).__name__ in ADAPTIVE_OPTIMIZERS
+
+    @property
+    def script_clip(self) -> float | None:
+        return self.guard.clip_norm
 
     # --- what the driver asks ------------------------------------------------------------------
     def agree(self, ok: bool) -> tuple[bool, list[int]]:
@@ -83,11 +92,11 @@ class TorchPort:
         return self.replayer.locate(self.chk, self.params, self.step, self.sinks, self.events)
 
     def history(self) -> History:
-        h = self.controller.history
+        h = self.guard.history
         return h.of(self.actuator.watch.optimizer_name(self.opt)) if self.opt is not None else h
 
     def context(self) -> RunContext:
-        return self._context()
+        return self.guard.context(self.opt)
 
     def share(self, finding: Finding | None, diag: Diagnosis | None,
               bad_ranks: list[int]) -> tuple[Finding, Diagnosis]:
@@ -101,11 +110,12 @@ class TorchPort:
             self.actuator.maybe_snapshot(self.step, before_update)
 
     def apply_settings(self, lr_scale: float, clip_norm: float | None) -> None:
-        once = self._once
-        if once is not None:
-            if once.settings_applied:
-                return  # once per step: a closure runs several checks
-            once.settings_applied = True
+        if lr_scale == 1.0 and clip_norm is None:
+            return  # no back-off in force: every healthy step of most runs
+        once = self.guard.opt_hooks.step
+        if once.settings_applied:
+            return  # once per step: a closure runs several checks
+        once.settings_applied = True
         self.actuator.apply_settings(self.params, self.opt, self.chk.norm)
 
     # --- the controller's Backend ---------------------------------------------------------------
@@ -117,8 +127,16 @@ class TorchPort:
 
     def trial(self, fixes: list[Fix]) -> list[Trial] | None:
         events = self.replayer.recorder.events if self.events is None else self.events
-        return self.actuator.trial(events, self.params, self.opt, fixes, self.script_clip, self._scaled,
-                                   self._hold)
+        recorder = self.replayer.recorder
+
+        def hold(on: bool) -> None:
+            if on:
+                recorder.hold()
+            else:
+                recorder.release(push=False)
+
+        scaled = bool(self.guard.opt_hooks.step.unscaled)
+        return self.actuator.trial(events, self.params, self.opt, fixes, self.script_clip, scaled, hold)
 
     def settings_changed(self) -> None:
         return None  # the pre-step hook reads the back-off and the clip at every step

@@ -34,7 +34,7 @@ _MOVES = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class TorchStep:
     """The losses, clip norms and sinks of the step in progress, and where it is."""
 

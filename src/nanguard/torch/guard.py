@@ -177,18 +177,7 @@ class Guard(GuardHandle):
              sinks: Sequence[Any], step: int | None = None, events: Sequence[Event] | None = None) -> TorchPort:
         """The step driver's port for the step being checked (``step``/``events``: an earlier
         one, read late by the deferred watch)."""
-        def hold(on: bool) -> None:
-            if on:
-                self.recorder.hold()
-            else:
-                self.recorder.release(push=False)
-
-        return TorchPort(
-            actuator=self.actuator, replayer=self.replayer, controller=self.controller, params=params, opt=opt,
-            check=chk, step=self.driver.step if step is None else step, sinks=sinks, events=events,
-            script_clip=self.clip_norm, context=lambda: self.context(opt), hold=hold,
-            scaled=bool(self.opt_hooks.step.unscaled), apply_once=self.opt_hooks.step,
-        )
+        return TorchPort(self, params, opt, chk, sinks, self.driver.step if step is None else step, events)
 
     def end_step(self, chk: NormCheck | None, pchk: NormCheck | None, opt: torch.optim.Optimizer | None,
                  finite: bool | None = None) -> Any:
@@ -197,12 +186,14 @@ class Guard(GuardHandle):
         st = self.opt_hooks.step
         reading = self._reading(chk, pchk, opt, st)
 
+        history = self.controller.history
+
         def between() -> None:
-            if len(self.history) == 1 or (opt is not None and opt is not self.watch.state.dtype_of):
+            if len(history) == 1 or (opt is not None and opt is not self.watch.state.dtype_of):
                 self._note_dtype(opt)
             st.reset()
             self.recorder.new_step()
-            if not self.data.frames_looked and len(self.history) and self.history[-1].finite:
+            if not self.data.frames_looked and history[-1].finite:
                 self.data.look_at_frames(self.driver.step, self.opt_hooks.defer)
 
         rec = self.driver.end(reading, finite, between=between)

@@ -64,14 +64,15 @@ def _norms(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [n for n in out if n is not None]
 
 
-def _checkable(ts: Sequence[torch.Tensor | None], shards: Shards | None = None,
-               offset: int = 0) -> tuple[list[int], list[torch.Tensor]]:
+def _checkable(ts: Sequence[torch.Tensor | None], shard: bool = False
+               ) -> tuple[list[int], list[torch.Tensor], Shards | None]:
     """Indices and tensors of ``ts`` the check reads (:func:`~._stats.checkable`), in one loop.
-    A ``DTensor`` (FSDP2) is read on its local shard; with ``shards`` its position is noted for
-    the sum across the mesh — every rank then lists it, an empty shard too (each rank must make
-    the same collective)."""
+    A ``DTensor`` (FSDP2) is read on its local shard; with ``shard`` its position is noted for
+    the sum across the mesh (:class:`Shards`, made only when there is one) — every rank then
+    lists it, an empty shard too (each rank must make the same collective)."""
     idx: list[int] = []
     out: list[torch.Tensor] = []
+    shards: Shards | None = None
     for i, t in enumerate(ts):
         if t is None:
             continue
@@ -80,13 +81,14 @@ def _checkable(ts: Sequence[torch.Tensor | None], shards: Shards | None = None,
             out.append(t)
         elif is_dtensor(t):
             loc = local(t)
-            if shards is not None and loc.is_floating_point():
-                shards.add(offset + len(out), t)
+            if shard and loc.is_floating_point():
+                shards = shards if shards is not None else Shards()
+                shards.add(len(out), t)
             elif not checkable(loc):
                 continue
             idx.append(i)
             out.append(loc)
-    return idx, out
+    return idx, out, shards
 
 
 @untraced  # under --trace: the check's own norms are not the user's values
@@ -102,9 +104,8 @@ def check(
     """
     # the gradients' shards are summed across the mesh (the same list on every rank); the
     # weights', read on a cadence each rank keeps, stay local norms: no collective may differ
-    shards = Shards()
-    gi, gts = _checkable(grads, shards)
-    pi, pts = _checkable(params) if params else ([], [])
+    gi, gts, shards = _checkable(grads, shard=True)
+    pi, pts, _ = _checkable(params) if params else ([], [], None)
     ls = [x for x in losses if checkable(x)]
     tensors = gts + pts if pts else gts
     if not tensors and not ls:
@@ -116,7 +117,7 @@ def check(
     try:
         dev = tensors[0].device if tensors else ls[0].device
         parts: list[torch.Tensor] = _norms(tensors) if tensors else []
-        if shards:
+        if shards is not None:
             shards.reduce(parts)  # the shards' norms summed across the mesh: the global ones
         for x in ls:
             v = x.detach()
