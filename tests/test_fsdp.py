@@ -16,7 +16,7 @@ from _spawn import Spawn
 pytest.importorskip("torch.distributed.fsdp")
 
 _SCRIPT = """
-import os, torch, torch.nn as nn, torch.nn.functional as F
+import gc, os, torch, torch.nn as nn, torch.nn.functional as F
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 dist.init_process_group("gloo")
@@ -37,6 +37,11 @@ for step in range(12):
     opt.step()
     if rank == 0:
         print("step", step, "loss", round(loss.item(), 4), flush=True)
+# torch's own teardown: left to interpreter exit, the FSDP2 state aborts rank 0 in about one plain
+# run in four ("terminate called without an active exception", after destroy_process_group, with
+# or without nanguard); freed before, 0 aborts in 25 plain and 20 guarded runs
+del model, opt
+gc.collect()
 dist.destroy_process_group()
 """
 
