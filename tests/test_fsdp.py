@@ -86,7 +86,16 @@ def test_a_healthy_fsdp2_run_is_left_as_it_is(tmp_path: Path, spawn: Spawn) -> N
 
 def test_a_learning_rate_far_too_high_is_found_on_every_rank(tmp_path: Path, spawn: Spawn) -> None:
     rc, _, err = _torchrun(spawn, tmp_path, 50.0, guarded=True)
-    assert rc != 0 and "first non-finite value was made" in err, err[-3000:]
+    # rank 0 prints the finding once, naming the rank; rank 1 one line of its own, its rank first
+    assert rc != 0 and err.count("first non-finite value was made") == 1, err[-3000:]
+    assert "made in the forward pass at step 2 on rank 0." in err
+    assert ("[rank 1] nanguard: stopped at step 2 on a non-finite value made on rank 0 "
+            "(`aten.mse_loss.default`, forward pass; learning-rate-too-high): rank 0 prints the finding; "
+            f"this rank's run log: {tmp_path / 'run.rank1.json'}\n") in err
+    # the early warnings, one line each (a line written in two parts came out cut by the other rank's)
+    warnings = [line for line in err.splitlines() if "nanguard: warning at step" in line]
+    assert sorted(w[:8] for w in warnings) == ["[rank 0]", "[rank 1]"], warnings
+    assert all(w.count("nanguard:") == 1 for w in warnings)
     for name in ("run.json", "run.rank1.json"):
         log = json.loads((tmp_path / name).read_text())
         assert log["status"] == "nonfinite"

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .core.errors import NonFiniteError
-from .core.ranks import rank_from_env, rank_path
+from .core.ranks import rank_from_env, rank_path, say
 from .core.runlog import RunLog
 
 __all__ = ["EXIT_NONFINITE", "RunOptions", "run_script"]
@@ -309,7 +309,11 @@ class _Run:
         stop_note = _policy_stop_note(self.err, opts.policy)
         if stop_note:
             log.notes.append(stop_note)
-        if self.err is not None:
+        if log.rank:  # another rank of a torchrun job: rank 0 prints the finding and the summary
+            line = _other_rank_line(self.err, log, opts)
+            if line:
+                say(line)
+        elif self.err is not None:
             sys.stdout.flush()
             _print_stop(self.err, log, opts.policy, sys.stderr)
             for note in (stop_note, self.swallow_note):
@@ -369,6 +373,25 @@ class _Run:
             print(text + ("" if opts.json_path or opts.report_path else
                           "\n  the run log: nanguard run --json PATH (or --report PATH)"),
                   file=sys.stderr)
+
+
+def _other_rank_line(err: NonFiniteError | None, log: RunLog, opts: RunOptions) -> str | None:
+    """What a rank other than 0 prints at the end of a run that met non-finite values: one line
+    (rank 0 prints the finding, which names the rank that made the value, and the summary);
+    the rest is in this rank's own run log."""
+    asked = opts.json_path or opts.report_path
+    own = rank_path(asked, log.rank) if asked else None
+    where = f"; this rank's run log: {own}" if own else ""
+    if err is not None:
+        f, diag = err.finding, err.diagnosis
+        made = f" made on rank {f.rank}" if f.rank is not None else ""
+        cause = f"; {diag.cause.value}" if diag is not None else ""
+        return (f"nanguard: stopped at step {f.step} on a non-finite value{made} (`{f.op}`, {f.phase} "
+                f"pass{cause}): rank 0 prints the finding{where}")
+    if log.status in ("recovered", "not-recovered"):
+        return (f"nanguard: {log.status} after {len(log.events)} non-finite step(s), "
+                f"{len(log.recoveries)} recovery action(s): rank 0 prints the summary{where}")
+    return None
 
 
 def _policy_stop_note(err: NonFiniteError | None, policy: str) -> str | None:

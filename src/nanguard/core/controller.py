@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,6 +35,7 @@ from .finding import Finding
 from .history import History
 from .outcome import Level, OutcomeJudge, healthy_now
 from .policy import ROLLBACK, Action, RecoveryConfig, RecoveryState, decide, loss_scale_gave_up
+from .ranks import say
 from .taxonomy import Cause
 from .trials import Fix, Trial, lr_candidates
 
@@ -81,8 +81,7 @@ class Backend(Protocol):
 
 def _print_warning(w: EarlyWarning) -> None:
     """An early warning, on stderr (a healthy script's stdout and exit status stay its own)."""
-    sys.stdout.flush()
-    print(w.line(), file=sys.stderr)
+    say(w.line())
 
 
 def clip_suggestion(history: History) -> float | None:

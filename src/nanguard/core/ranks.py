@@ -5,11 +5,12 @@ view ``nanguard report`` renders, saying which rank saw what."""
 from __future__ import annotations
 
 import os
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 from .runlog import RunLog
 
-__all__ = ["merge_ranks", "rank_from_env", "rank_path"]
+__all__ = ["merge_ranks", "rank_from_env", "rank_path", "rank_prefix", "say"]
 
 
 def rank_from_env(env: dict[str, str] | None = None) -> tuple[int, int] | None:
@@ -20,6 +21,23 @@ def rank_from_env(env: dict[str, str] | None = None) -> tuple[int, int] | None:
     except (KeyError, ValueError):
         return None
     return (rank, world) if world > 1 and 0 <= rank < world else None
+
+
+def rank_prefix(env: dict[str, str] | None = None) -> str:
+    """``"[rank r] "`` under ``torchrun`` with more than one rank, else ``""``: what every line a
+    rank prints on its own begins with, so that the ranks' lines can be told apart."""
+    ranked = rank_from_env(env)
+    return f"[rank {ranked[0]}] " if ranked is not None else ""
+
+
+def say(line: str, file: TextIO | None = None) -> None:
+    """Print one line of ours on stderr (``file``), led by :func:`rank_prefix`, in one write:
+    the ranks share the terminal, and a line written in two parts (text, then newline) comes out
+    cut by another rank's line."""
+    f = sys.stderr if file is None else file
+    sys.stdout.flush()
+    f.write(rank_prefix() + line + "\n")
+    f.flush()
 
 
 def rank_path(path: str, rank: int | None) -> str:
