@@ -43,6 +43,9 @@ class FakeBackend:
                 break
         return out
 
+    def across_ranks(self, values: tuple[float | None, ...]) -> list[tuple[float | None, ...]]:
+        return [values]
+
     def settings_changed(self) -> None:
         self.calls.append("settings_changed")
 
@@ -185,3 +188,44 @@ def test_history_of_one_optimizer() -> None:
         h.append(StepRecord(step=i, loss=float(i), optimizer="Adam" if i % 2 else "SGD"))
     assert [r.step for r in h.of("Adam")] == [1, 3, 5]
     assert h.of(None) is h
+
+
+class _TwoRanks(FakeBackend):
+    """Rank 0 of two: the other rank measured ``other`` (its update/weight ratio, its clip)."""
+
+    def __init__(self, other: tuple[float | None, float | None], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.other = other
+
+    def across_ranks(self, values: tuple[float | None, ...]) -> list[tuple[float | None, ...]]:
+        return [values, self.other]
+
+
+def test_every_rank_backs_off_by_the_same_factor_the_strongest_any_rank_measured() -> None:
+    # the ranks' shards of the weights moved by different ratios (FSDP2): each measured its own
+    # back-off (×0.0094 and ×0.0083 on a real 2-rank run); both now apply the stronger one
+    c = _controller()
+    for i in range(10):
+        c.history[i].update_norm = 10.0  # ratio 1
+    mine = c.act(*_event(Cause.LEARNING_RATE_TOO_HIGH), _TwoRanks((2.0, None)), step=10)
+    c2 = _controller()
+    for i in range(10):
+        c2.history[i].update_norm = 20.0  # ratio 2
+    theirs = c2.act(*_event(Cause.LEARNING_RATE_TOO_HIGH), _TwoRanks((1.0, None)), step=10)
+    assert mine.lr_factor == theirs.lr_factor == pytest.approx(0.005)
+
+
+def test_combined_trials_verify_a_fix_only_where_every_rank_verified_it() -> None:
+    from nanguard.core.trials import combine_ranks
+
+    a, b = Fix(0.1), Fix(0.01)
+    rank0 = [Trial(a, (5.0, 4.0, 3.0, 2.0), 0), Trial(b, (5.0, 4.9, 4.8, 4.7), 0)]
+    rank1 = [Trial(a, (6.0, 7.0, 9.0, 12.0), 0), Trial(b, (6.0, 5.9, 5.8, 5.7), 0)]
+    both = combine_ranks([rank0, rank1])
+    assert both is not None and [t.verified for t in both] == [False, True]
+    assert both[0] == rank1[0]  # the rank where it failed speaks for the fix
+    assert both[1].losses == pytest.approx((11.0, 10.8, 10.6, 10.4))  # the whole step's loss
+    assert combine_ranks([rank0, None]) is None  # a rank that could not re-run the step: untried
+    c = Fix(0.001)  # tried too (every rank tries every fix), but listed no further than one process
+    both = combine_ranks([[*rank0, Trial(c, (5.0, 4.0), 0)], [*rank1, Trial(c, (6.0, 5.0), 0)]])
+    assert both is not None and [t.fix for t in both] == [a, b]

@@ -1,6 +1,8 @@
-"""FSDP2 (``fully_shard``, DTensor weights and gradients) under ``torchrun -m nanguard run``, 2
-processes on gloo: a healthy run is left as it is (it crashed in the watch's check before), and a
-learning rate far too high is found on every rank, with its op and cause, without a hang."""
+"""FSDP2 (``fully_shard``, DTensor weights and gradients) and DDP under ``torchrun -m nanguard
+run``, 2 processes on gloo: a healthy run is left as it is (FSDP2 crashed in the watch's check
+before), a learning rate far too high is found on every rank, with its op and cause, without a
+hang, and ``--policy recover`` takes one decision on every rank (the same back-off, the same
+trials), the weights finite on each and a DDP model's replicas still equal."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ for m in model:
 fully_shard(model)
 opt = torch.optim.SGD(model.parameters(), lr=float(os.environ["LR"]))
 g = torch.Generator().manual_seed(rank)
-for step in range(12):
+for step in range(int(os.environ.get("STEPS", "12"))):
     x = torch.randn(32, 16, generator=g)
     opt.zero_grad()
     loss = F.mse_loss(model(x), x.sum(1, keepdim=True))
@@ -37,6 +39,11 @@ for step in range(12):
     opt.step()
     if rank == 0:
         print("step", step, "loss", round(loss.item(), 4), flush=True)
+finite = all(bool(torch.isfinite(p.full_tensor() if hasattr(p, "full_tensor") else p).all())
+             for p in model.parameters())
+print("rank", rank, "weights finite", finite, flush=True)
+if not hasattr(model, "reshard"):  # DDP: each replica's weights
+    print("weights sum", repr(sum(float(p.detach().double().sum()) for p in model.parameters())), flush=True)
 # torch's own teardown: left to interpreter exit, the FSDP2 state aborts rank 0 in about one plain
 # run in four ("terminate called without an active exception", after destroy_process_group, with
 # or without nanguard); freed before, 0 aborts in 25 plain and 20 guarded runs
@@ -52,12 +59,25 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _torchrun(spawn: Spawn, tmp_path: Path, lr: float, guarded: bool) -> tuple[int, str, str]:
+_DDP = """
+for m in model:
+    if isinstance(m, nn.Linear):
+        fully_shard(m)
+fully_shard(model)
+""", """
+model = torch.nn.parallel.DistributedDataParallel(model)
+"""
+
+
+def _torchrun(spawn: Spawn, tmp_path: Path, lr: float, guarded: bool, *flags: str, steps: int = 12,
+              ddp: bool = False) -> tuple[int, str, str]:
     script = tmp_path / "train.py"
-    script.write_text(_SCRIPT)
+    script.write_text(_SCRIPT.replace(*_DDP) if ddp else _SCRIPT)
     head = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_port())]
-    tail = ["-m", "nanguard", "run", "--json", str(tmp_path / "run.json"), str(script)] if guarded else [str(script)]
-    proc = spawn.run([sys.executable, *head, *tail], cwd=tmp_path, env={**_env(), "LR": str(lr)})
+    tail = ["-m", "nanguard", "run", *flags, "--json", str(tmp_path / "run.json"), str(script)] if guarded \
+        else [str(script)]
+    proc = spawn.run([sys.executable, *head, *tail], cwd=tmp_path,
+                     env={**_env(), "LR": str(lr), "STEPS": str(steps)})
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -72,7 +92,8 @@ def test_a_healthy_fsdp2_run_is_left_as_it_is(tmp_path: Path, spawn: Spawn) -> N
     assert rc == 0, err[-2000:]
     rc, guarded, err = _torchrun(spawn, tmp_path, 0.01, guarded=True)
     assert rc == 0, err[-3000:]
-    assert guarded == plain  # the same losses, bit for bit
+    steps = [[line for line in o.splitlines() if line.startswith("step ")] for o in (plain, guarded)]
+    assert len(steps[0]) == 12 and steps[0] == steps[1]  # the same losses, bit for bit
     for name in ("run.json", "run.rank1.json"):
         log = json.loads((tmp_path / name).read_text())
         assert log["status"] == "ok" and log["steps"] == 12 and not log["events"]
@@ -102,3 +123,37 @@ def test_a_learning_rate_far_too_high_is_found_on_every_rank(tmp_path: Path, spa
         event = log["events"][0]
         assert event["cause"] == "learning-rate-too-high"
         assert (event["phase"], event["step"], event["rank"]) == ("forward", 2, 0)
+
+
+def _recoveries(tmp_path: Path) -> list[list[tuple[object, ...]]]:
+    out = []
+    for name in ("run.json", "run.rank1.json"):
+        log = json.loads((tmp_path / name).read_text())
+        assert log["status"] == "recovered" and log["steps"] == 60, log["status"]
+        out.append([(r["step"], r["action"], r["lr_scale"], r.get("verified")) for r in log["recoveries"]])
+    return out
+
+
+def test_fsdp2_recovers_with_one_back_off_on_every_rank(tmp_path: Path, spawn: Spawn) -> None:
+    rc, out, err = _torchrun(spawn, tmp_path, 1.0, True, "--policy", "recover", steps=60)
+    assert rc == 0, err[-3000:]
+    assert "rank 0 weights finite True" in out and "rank 1 weights finite True" in out
+    r0, r1 = _recoveries(tmp_path)
+    # each rank measured its own shard's update/weight ratio (×0.0094 and ×0.0083 before): one
+    # back-off now; FSDP2's weights get their gradients from its own hooks, so a trial cannot
+    # re-run the step: applied untried (verified None), judged by the outcome — not "tried and
+    # the loss did not go down", which a trial whose update changed nothing used to claim
+    assert r0 == r1 and len(r0) == 1 and r0[0][1] == "rollback" and r0[0][3] is None, (r0, r1)
+    assert "applied untried (the step could not be re-run)" in err
+
+
+def test_ddp_recovers_with_the_same_verified_fix_and_equal_replicas(tmp_path: Path, spawn: Spawn) -> None:
+    rc, out, err = _torchrun(spawn, tmp_path, 1.0, True, "--policy", "recover", steps=60, ddp=True)
+    assert rc == 0, err[-3000:]
+    r0, r1 = _recoveries(tmp_path)
+    assert r0 == r1 and len(r0) == 1 and r0[0][1] == "rollback" and r0[0][3] is True, (r0, r1)
+    # the trials agreed: both ranks' losses summed, every fix tried, listed up to the first verified
+    assert err.count("(verified)") == 1, err[-3000:]
+    assert "rank 0 weights finite True" in out and "rank 1 weights finite True" in out
+    sums = [line.split()[-1] for line in out.splitlines() if line.startswith("weights sum")]
+    assert len(sums) == 2 and sums[0] == sums[1], sums  # DDP's replicas are still one model

@@ -67,6 +67,9 @@ class FakePort:
         self.calls.append("trial")
         return None
 
+    def across_ranks(self, values: tuple[float | None, ...]) -> list[tuple[float | None, ...]]:
+        return [values]
+
     def settings_changed(self) -> None:
         self.calls.append("settings_changed")
 

@@ -68,6 +68,12 @@ class Backend(Protocol):
         :mod:`nanguard.core.trials`), leaving the run at that snapshot; ``None``: this backend
         cannot re-run a step (the fix is then applied on trial and judged by the outcome)."""
 
+    def across_ranks(self, values: tuple[float | None, ...]) -> list[tuple[float | None, ...]]:
+        """Every rank's ``values`` (one collective under torch.distributed, after a failure
+        only); ``[values]`` without ranks. What the decision reads of a rank's own history (the
+        update/weight ratio of its shard of the weights) is agreed through it, so that every
+        rank decides the same."""
+
     def settings_changed(self) -> None:
         """The learning-rate factor or clipping changed outside :meth:`StepController.act`."""
 
@@ -227,8 +233,8 @@ class StepController:
             # clipping cannot shrink an adaptive optimizer's step, and a clip no tighter than
             # the script's own repeats what it already does
             clip = None
-        action, self.state = decide(self.config, self.state, diag, step, clip, eps,
-                                    self.history.median_update_ratio())
+        ratio, clip = _agreed(backend, self.history.median_update_ratio(), clip)
+        action, self.state = decide(self.config, self.state, diag, step, clip, eps, ratio)
         if action.kind == "raise":
             self._raise(NonFiniteError(finding, diag), step)
         if action.kind == "give_up":
@@ -241,7 +247,7 @@ class StepController:
             details["samples"] = [s.get("index") for s in samples]
             details["input"] = finding.details.get("input_name") or finding.source
         if action.kind == "rollback":
-            action, trials = self._verified(action, finding, diag, backend, step, after_update)
+            action, trials = self._verified(action, ratio, finding, diag, backend, step, after_update)
             details["verified"] = None if trials is None else action.kind == "rollback"
             if trials is not None:
                 details["trials"] = [dict(t) for t in diag.trials]
@@ -280,11 +286,11 @@ class StepController:
                           "computes this tensor (returns, targets, a state), fix that computation; if it "
                           "loads it, clean the data (nanguard scan FILE)")
 
-    def _verified(self, action: Action, finding: Finding, diag: Diagnosis, backend: Backend,
-                  step: int, after_update: bool) -> tuple[Action, list[Trial] | None]:
+    def _verified(self, action: Action, ratio: float | None, finding: Finding, diag: Diagnosis,
+                  backend: Backend, step: int, after_update: bool) -> tuple[Action, list[Trial] | None]:
         """Try the action's fix and smaller learning rates (see :mod:`nanguard.core.trials`);
         the first verified one is applied. No verified fix: stop with what was tried."""
-        fixes = _candidates(action, self.history.median_update_ratio(), self.config.lr_factor)
+        fixes = _candidates(action, ratio, self.config.lr_factor)
         trials = backend.trial(fixes)  # each applies its own fix on top of the back-off in force
         if trials is None:
             self.state = self.state.applied(action.lr_factor, action.clip_norm)
@@ -381,6 +387,15 @@ class StepController:
         if state.get("policy") not in (None, self.config.policy):
             log.info("nanguard: resumed a %s guard's state under policy %r", state.get("policy"),
                      self.config.policy)
+
+
+def _agreed(backend: Backend, ratio: float | None, clip: float | None) -> tuple[float | None, float | None]:
+    """The update/weight ratio and the clipping threshold every rank decides with: the largest
+    ratio (the strongest back-off) and the tightest threshold any rank measured."""
+    seen = backend.across_ranks((ratio, clip))
+    ratios = [r for r, _ in seen if r is not None]
+    clips = [c for _, c in seen if c is not None]
+    return (max(ratios) if ratios else None), (min(clips) if clips else None)
 
 
 def _candidates(action: Action, ratio: float | None, cap: float) -> list[Fix]:

@@ -15,10 +15,11 @@ the outcome (:mod:`nanguard.core.outcome`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["TRIAL_STEPS", "Fix", "Trial", "lr_candidates"]
+__all__ = ["TRIAL_STEPS", "Fix", "Trial", "combine_ranks", "lr_candidates"]
 
 #: updates each trial runs from the snapshot on the failing step's batch
 TRIAL_STEPS = 3
@@ -123,3 +124,27 @@ def lr_candidates(ratio: float | None, cap: float) -> list[float]:
         first = min(cap, TARGET_RATIO / ratio)
     first = float(f"{max(first, 1e-12):.2g}")
     return [first, float(f"{first / 10:.2g}"), float(f"{first / 100:.2g}")]
+
+
+def combine_ranks(per_rank: Sequence[list[Trial] | None]) -> list[Trial] | None:
+    """One list of trials for every rank of a distributed run, from each rank's own (each tried
+    every fix on its own part of the failing step): ``None`` if a rank could not re-run the step;
+    else, fix by fix, a rank's trial where that fix was not verified (a fix is verified only if it
+    was on every rank), or the losses summed over the ranks (the whole step's loss), up to the
+    first verified. Every rank gets the same list, so every rank applies the same fix."""
+    if not per_rank or any(t is None for t in per_rank):
+        return None
+    lists = [t for t in per_rank if t is not None]
+    out: list[Trial] = []
+    for i in range(min(len(t) for t in lists)):
+        these = [t[i] for t in lists]
+        bad = next((t for t in these if not t.verified), None)
+        if bad is not None:
+            out.append(bad)
+            continue
+        n = min(len(t.losses) for t in these)
+        out.append(replace(these[0], losses=tuple(math.fsum(t.losses[j] for t in these) for j in range(n))))
+    # as one process would have stopped: at the first fix that worked, or at a step that failed
+    # before any update
+    end = next((i for i, t in enumerate(out) if t.verified or t.fails_at_start), len(out) - 1)
+    return out[: end + 1]

@@ -405,6 +405,11 @@ class _LightningPort:
     def trial(self, fixes: list[Any]) -> None:
         return None  # Lightning owns the step (its closure): a fix is judged by the outcome
 
+    def across_ranks(self, values: tuple[float | None, ...]) -> list[tuple[float | None, ...]]:
+        from ..torch import _dist  # strategy="ddp": its process group
+
+        return _dist.gather(values)
+
     def settings_changed(self) -> None:
         return None
 

@@ -95,6 +95,9 @@ class KerasBackend:
         step_fn, _batch = self.prepare()
         return run_trials(self.guard, self.state, step_fn, fixes)
 
+    def across_ranks(self, values: tuple[float | None, ...]) -> list[tuple[float | None, ...]]:
+        return [values]  # one process: Keras's distribution is not watched across workers
+
     def settings_changed(self) -> None:
         self.guard.settings_changed()
 

@@ -126,9 +126,10 @@ class Actuator:
 
     def trial(self, events: Sequence[Event], params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None,
               fixes: list[Fix], script_clip: float | None, scaled: bool,
-              hold: Callable[[bool], None]) -> list[Trial] | None:
+              hold: Callable[[bool], None], stop_early: bool = True) -> list[Trial] | None:
         """Try each fix from the newest snapshot on the failing step (:mod:`._trial`), leaving the
-        run at that snapshot; ``None`` when the step cannot be re-run."""
+        run at that snapshot; ``None`` when the step cannot be re-run. ``stop_early``: stop at the
+        first verified fix (every fix is tried when the ranks must then agree)."""
         from ._trial import run_trials
 
         snap = self.snapshots.last
@@ -139,7 +140,8 @@ class Actuator:
         hold(True)
         try:
             return run_trials(events, params, opt, fixes, snap.step, lambda: self.restore_to(snap),
-                              state.lr_scale, [c for c in (script_clip, state.clip_norm) if c is not None])
+                              state.lr_scale, [c for c in (script_clip, state.clip_norm) if c is not None],
+                              stop_early)
         finally:
             hold(False)
             self.trialing = False

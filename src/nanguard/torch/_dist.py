@@ -16,7 +16,7 @@ import torch
 from ..core.diagnosis import Diagnosis
 from ..core.finding import Finding
 
-__all__ = ["active", "agree", "rank", "share"]
+__all__ = ["active", "agree", "gather", "rank", "share"]
 
 
 def active() -> bool:
@@ -26,6 +26,16 @@ def active() -> bool:
 
 def rank() -> int:
     return torch.distributed.get_rank() if active() else 0
+
+
+def gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` (``all_gather_object``), in rank order; ``[obj]`` without ranks.
+    Only after a failure that every rank agreed on: every rank calls it at the same point."""
+    if not active():
+        return [obj]
+    out: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(out, obj)
+    return out
 
 
 def agree(local_ok: bool, params: Sequence[torch.Tensor]) -> tuple[bool, list[int]]:

@@ -19,7 +19,7 @@ from ..core.diagnosis import Diagnosis
 from ..core.finding import Finding
 from ..core.history import History
 from ..core.ops import ADAPTIVE_OPTIMIZERS
-from ..core.trials import Fix, Trial
+from ..core.trials import Fix, Trial, combine_ranks
 from . import _dist
 from ._backend import Actuator
 from ._recorder import Event
@@ -136,7 +136,13 @@ class TorchPort:
                 recorder.release(push=False)
 
         scaled = bool(self.guard.opt_hooks.step.unscaled)
-        return self.actuator.trial(events, self.params, self.opt, fixes, self.script_clip, scaled, hold)
+        ranks = _dist.active()  # every rank tries every fix, then they agree on what worked
+        trials = self.actuator.trial(events, self.params, self.opt, fixes, self.script_clip, scaled, hold,
+                                     stop_early=not ranks)
+        return combine_ranks(_dist.gather(trials)) if ranks else trials
+
+    def across_ranks(self, values: tuple[float | None, ...]) -> list[tuple[float | None, ...]]:
+        return _dist.gather(values)
 
     def settings_changed(self) -> None:
         return None  # the pre-step hook reads the back-off and the clip at every step

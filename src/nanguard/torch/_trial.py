@@ -120,6 +120,11 @@ def _one(events: Sequence[Event], params: list[torch.Tensor], opt: torch.optim.O
     clips = [c for c in (fix.clip_norm, *clips) if c is not None]
     for k in range(TRIAL_STEPS + 1):
         loss, grads = step_loss(events, params)
+        if all(g is None for g in grads):
+            # the weights are reached by another path than this re-run's autograd (FSDP2's
+            # sharded parameters get their gradients from its own reduce-scatter hooks): an
+            # update would change nothing, and "the loss did not go down" would be a false claim
+            raise LookupError("no gradient of the re-run reached the optimizer's weights")
         losses.append(loss)
         if k == TRIAL_STEPS or not math.isfinite(loss):
             break
@@ -136,10 +141,11 @@ def _one(events: Sequence[Event], params: list[torch.Tensor], opt: torch.optim.O
 
 def run_trials(events: Sequence[Event], params: Sequence[torch.Tensor], opt: torch.optim.Optimizer,
                fixes: Sequence[Fix], from_step: int, restore: Any, lr_scale: float,
-               clips: list[float]) -> list[Trial] | None:
+               clips: list[float], stop_early: bool = True) -> list[Trial] | None:
     """Try each of ``fixes`` (see the module docstring) from the snapshot of ``from_step``
     (``restore()`` puts it back); ``lr_scale`` and ``clips`` are the back-off already in force
-    and the script's own clipping. ``None`` when the step cannot be re-run (no recorded backward,
+    and the script's own clipping; ``stop_early``: stop at the first verified fix or at a step
+    that fails before any update (else every fix is tried). ``None`` when the step cannot be re-run (no recorded backward,
     or an event that raised: the fix is then judged by the outcome)."""
     if not any(isinstance(ev, Backward) for ev in events):
         return None
@@ -157,7 +163,7 @@ def run_trials(events: Sequence[Event], params: Sequence[torch.Tensor], opt: tor
                 internal_error(f"the trial of {fix.describe()}", exc)
                 return None
             out.append(Trial(fix, losses, from_step, lr=_lr_of(opt, fix, lr_scale), grads_finite=grads_ok))
-            if out[-1].verified or out[-1].fails_at_start:
+            if stop_early and (out[-1].verified or out[-1].fails_at_start):
                 break  # the least drastic fix that works is the one applied; a step that fails
                 # before any update fails so whatever the fix
     finally:
