@@ -103,6 +103,10 @@ def test_a_healthy_fsdp2_run_is_left_as_it_is(tmp_path: Path, spawn: Spawn) -> N
     # the norms are the global ones (the shards' squares summed across the mesh): the same on
     # every rank, although each rank holds half of each weight
     assert [h["grad_norm"] for h in r0["history"]] == pytest.approx([h["grad_norm"] for h in r1["history"]])
+    # and the losses are the mean of the ranks' (each rank's batch is its own): the outcome of a
+    # recovery is judged the same on every rank
+    assert [h["loss"] for h in r0["history"]] == [h["loss"] for h in r1["history"]]
+    assert r0["history"][0]["loss"] != pytest.approx(float(plain.split()[3]))  # not rank 0's alone
 
 
 def test_a_learning_rate_far_too_high_is_found_on_every_rank(tmp_path: Path, spawn: Spawn) -> None:

@@ -358,7 +358,8 @@ class _LightningPort:
 
     # --- what the driver asks ------------------------------------------------------------------
     def agree(self, ok: bool) -> tuple[bool, list[int]]:
-        return _dist.agree(ok, self.params)
+        agreed, bad, _ = _dist.agree(ok, self.params)
+        return agreed, bad
 
     def locate(self) -> Finding:
         return self.cb._locate(self.trainer, self.pl_module, self.chk, self.params, self.cb.driver.step)

@@ -38,22 +38,30 @@ def gather(obj: Any) -> list[Any]:
     return out
 
 
-def agree(local_ok: bool, params: Sequence[torch.Tensor]) -> tuple[bool, list[int]]:
-    """``(every rank ok, ranks that were not)``. Without a process group: ``(local_ok, [])``."""
+def agree(local_ok: bool, params: Sequence[torch.Tensor], loss: float | None = None
+          ) -> tuple[bool, list[int], float | None]:
+    """``(every rank ok, ranks that were not, the mean of the ranks' losses)``: the flags and
+    the losses in the one all-reduce of the step, so that every rank's history reads the same
+    loss (the outcome of a recovery is then judged the same on every rank). Without a process
+    group: ``(local_ok, [] or [0], None)``."""
     if not active():
-        return local_ok, ([] if local_ok else [0])
+        return local_ok, ([] if local_ok else [0]), None
     d = torch.distributed
     world = d.get_world_size()
     backend = d.get_backend()
     dev = torch.device("cpu")
     if backend == "nccl":
         dev = next((p.device for p in params if p.device.type == "cuda"), torch.device("cuda"))
-    flags = torch.zeros(world, device=dev)
+    flags = torch.zeros(world + 2, dtype=torch.float64, device=dev)  # the flags, Σ loss, ranks with one
     if not local_ok:
         flags[d.get_rank()] = 1.0
+    if loss is not None:
+        flags[world], flags[world + 1] = loss, 1.0
     d.all_reduce(flags)
-    bad = [i for i, v in enumerate(flags.tolist()) if v > 0]
-    return not bad, bad
+    vals = flags.tolist()
+    bad = [i for i, v in enumerate(vals[:world]) if v > 0]
+    n = vals[world + 1]
+    return not bad, bad, (vals[world] / n if n == world else None)
 
 
 def share(

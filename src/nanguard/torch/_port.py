@@ -8,6 +8,7 @@ user's objects), torch.distributed (``agree``, ``share``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +87,14 @@ class TorchPort:
 
     # --- what the driver asks ------------------------------------------------------------------
     def agree(self, ok: bool) -> tuple[bool, list[int]]:
-        return _dist.agree(ok, self.params)
+        st = self.guard.opt_hooks.step
+        mine = self.events is None  # the step in progress (not an earlier one read late)
+        n = st.n_losses if mine else 0
+        loss = math.fsum(self.chk.losses[:n]) if n else None
+        agreed, bad, mean = _dist.agree(ok, self.params, loss)
+        if mean is not None:
+            st.ranks_loss = mean  # the history's loss: the same on every rank
+        return agreed, bad
 
     def locate(self) -> Finding:
         return self.replayer.locate(self.chk, self.params, self.step, self.sinks, self.events)

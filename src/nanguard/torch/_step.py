@@ -59,6 +59,8 @@ class TorchStep:
     held: bool = False
     #: the loss of steps counted at backward() before the optimizer was known (joins its step)
     carry_loss: float | None = None
+    #: under torch.distributed: the mean of every rank's loss, from the step's agreement
+    ranks_loss: float | None = None
 
     def enter(self, where: Where) -> None:
         if (self.where, where) not in _MOVES:
@@ -82,15 +84,17 @@ class TorchStep:
         self.restart()
         self.check = None
         self.n_losses = 0
+        self.ranks_loss = None
         self.closure = self.settings_applied = self.held = False
 
     def loss(self, check: NormCheck | None) -> float | None:
         """The step's loss for the history: the sum of its backward roots (or the carried loss
-        of the backward() calls counted before the optimizer was known)."""
+        of the backward() calls counted before the optimizer was known); under torch.distributed
+        the mean over the ranks."""
         n = self.n_losses if check is not None else 0
         loss = math.fsum(check.losses[:n]) if check is not None and n else self.carry_loss
         self.carry_loss = None
-        return loss
+        return self.ranks_loss if self.ranks_loss is not None and n else loss
 
     def pre_clip(self, check: NormCheck | None) -> float | None:
         """The largest total norm ``clip_grad_norm_`` returned this step (from before it
