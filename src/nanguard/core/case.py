@@ -35,6 +35,9 @@ class RunContext:
     framework: str = "torch"
     optimizer: str | None = None
     hyper: dict[str, Any] = field(default_factory=dict)
+    #: the optimizer's arguments that differ from its class's defaults (``{"momentum": 0.9}``):
+    #: what a suggested optimizer line keeps besides the learning rate
+    kept: dict[str, Any] = field(default_factory=dict)
     clip_norm: float | None = None
     num_params: int | None = None
     scheduler: str | None = None  # the class name of an LR scheduler on that optimizer
@@ -143,6 +146,12 @@ class Case:
     def opt(self) -> str:
         """The optimizer's class name (``SGD`` when not known)."""
         return self.ctx.optimizer or "SGD"
+
+    def kept(self, *drop: str) -> str:
+        """``", momentum=0.9, weight_decay=0.0001"``: the script's own optimizer arguments, for a
+        suggested optimizer line to keep (``drop``: those the line sets itself)."""
+        return "".join(f", {k}={v!r}" for k, v in self.ctx.kept.items()
+                       if k not in drop and k not in ("lr", "learning_rate"))
 
 
 #: a diagnosis rule: the diagnosis when it applies to the case, else ``None``

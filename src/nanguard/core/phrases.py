@@ -185,23 +185,23 @@ TORCH = Phrasebook(
         ),
     ),
     lr=LrPhrases(
-        new_lr="optimizer = torch.optim.{opt}(model.parameters(), lr={lr})",
+        new_lr="optimizer = torch.optim.{opt}(model.parameters(), lr={lr}{kept})",
         clip_by_value=(
             "torch.nn.utils.clip_grad_value_(model.parameters(), clip_value=1.0)"
             "  # element-wise first: no norm to overflow"
         ),
-        eps_fix="optimizer = torch.optim.{opt}(model.parameters(), lr={lr}, eps=1e-8)",
+        eps_fix="optimizer = torch.optim.{opt}(model.parameters(), lr={lr}, eps=1e-8{kept})",
         lr_fixes=(
-            "optimizer = torch.optim.{opt}(model.parameters(), lr={lr}){was}",
+            "optimizer = torch.optim.{opt}(model.parameters(), lr={lr}{kept}){was}",
             _TORCH_CLIP,
             "scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=0.1, total_iters=500)  # warmup",
         ),
         lr_fixes_cyclic=(
-            "scheduler = torch.optim.lr_scheduler.{sched}(optimizer, max_lr={peak}, ...)  # it reached {top}",
+            "lower the peak of your `{sched}`: max_lr={peak} (it reached {top}), its other arguments as they are",
             _TORCH_CLIP,
         ),
         lr_fixes_scheduled=(
-            "optimizer = torch.optim.{opt}(model.parameters(), lr={lr})  # `{sched}` scales this base "
+            "optimizer = torch.optim.{opt}(model.parameters(), lr={lr}{kept})  # `{sched}` scales this base "
             "learning rate; it reached {top}",
             _TORCH_CLIP,
         ),
@@ -212,7 +212,7 @@ TORCH = Phrasebook(
         ),
         explode_fixes=(
             "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={clip})  # after backward(), before step()",
-            "optimizer = torch.optim.{opt}(model.parameters(), lr={lr})",
+            "optimizer = torch.optim.{opt}(model.parameters(), lr={lr}{kept})",
         ),
         recurrent_fix="use nn.LSTM/nn.GRU instead of a plain nn.RNN, and truncate backpropagation through time",
         scale_targets=(
@@ -298,15 +298,15 @@ KERAS = Phrasebook(
         ),
     ),
     lr=LrPhrases(
-        new_lr="optimizer = keras.optimizers.{opt}(learning_rate={lr})",
+        new_lr="optimizer = keras.optimizers.{opt}(learning_rate={lr}{kept})",
         clip_by_value=(
             "optimizer = keras.optimizers.{opt}(learning_rate=..., clipvalue=1.0)"
             "  # element-wise first: no norm to overflow"
         ),
-        eps_fix="optimizer = keras.optimizers.{opt}(learning_rate={lr}, epsilon=1e-7)",
+        eps_fix="optimizer = keras.optimizers.{opt}(learning_rate={lr}, epsilon=1e-7{kept})",
         lr_fixes=(
-            "optimizer = keras.optimizers.{opt}(learning_rate={lr}){was}",
-            "optimizer = keras.optimizers.{opt}(learning_rate={lr}, global_clipnorm={clip})",
+            "optimizer = keras.optimizers.{opt}(learning_rate={lr}{kept}){was}",
+            "optimizer = keras.optimizers.{opt}(learning_rate={lr}, global_clipnorm={clip}{kept})",
         ),
         lr_fixes_cyclic=None,
         lr_fixes_scheduled=None,

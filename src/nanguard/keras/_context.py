@@ -3,6 +3,7 @@ of the traced check's numbers) and the run context a diagnosis reads (only after
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,24 @@ def eps_of(state: GuardState) -> float | None:
         return float(state.eps.numpy())
     e = getattr(state.optimizer, "epsilon", None)
     return float(e) if isinstance(e, (int, float)) else None
+
+
+def kept_args(opt: Any) -> dict[str, Any]:
+    """The plain-number arguments of a Keras optimizer that differ from its class's defaults,
+    besides the learning rate: what a suggested ``keras.optimizers.X(...)`` line keeps."""
+    try:
+        sig = inspect.signature(type(opt).__init__)
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for name, p in sig.parameters.items():
+        if name in ("self", "learning_rate", "name") or p.default is inspect.Parameter.empty:
+            continue
+        v = getattr(opt, name, None)
+        if isinstance(v, (bool, int, float)) and isinstance(p.default, (bool, int, float, type(None))) \
+                and v != p.default:
+            out[name] = v
+    return out
 
 
 def run_context(guard: KerasGuard, state: GuardState | None = None) -> RunContext:
@@ -63,6 +82,7 @@ def run_context(guard: KerasGuard, state: GuardState | None = None) -> RunContex
         framework="keras",
         optimizer=type(opt).__name__,
         hyper=hyper,
+        kept=kept_args(opt),
         clip_norm=clip if clip is not None else guard.recovery_state.clip_norm,
         num_params=n,
     )

@@ -8,6 +8,7 @@ user's objects), torch.distributed (``agree``, ``share``).
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,26 @@ if TYPE_CHECKING:
 __all__ = ["TorchPort", "run_context"]
 
 
+def kept_args(opt: torch.optim.Optimizer | None) -> dict[str, Any]:
+    """The arguments of ``opt`` (its first param group's) that differ from its class's defaults,
+    besides the learning rate: what a suggested ``torch.optim.X(...)`` line keeps. Read after a
+    failure only."""
+    if opt is None or not opt.param_groups:
+        return {}
+    try:
+        sig = inspect.signature(type(opt).__init__)
+    except (TypeError, ValueError):  # a C extension's optimizer: nothing to compare with
+        return {}
+    g, out = opt.param_groups[0], {}
+    for name, p in sig.parameters.items():
+        if name in ("self", "params", "lr") or name not in g or p.default is inspect.Parameter.empty:
+            continue
+        v = plain(g[name])
+        if isinstance(v, (bool, int, float, tuple)) and not isinstance(p.default, torch.Tensor) and v != p.default:
+            out[name] = v
+    return out
+
+
 def run_context(watch: WatchSet, actuator: Actuator, controller: StepController, opt: torch.optim.Optimizer | None,
                 script_clip: float | None, recurrences: dict[str, tuple[float, float]] | None) -> RunContext:
     """What the diagnosis knows of the run: the hyper-parameters of ``opt`` (the optimizer whose
@@ -52,6 +73,7 @@ def run_context(watch: WatchSet, actuator: Actuator, controller: StepController,
         framework="torch",
         optimizer=type(opt).__name__ if opt is not None else None,
         hyper=hyper,
+        kept=kept_args(opt),
         clip_norm=script_clip if script_clip is not None else state.clip_norm,
         num_params=sum(p.numel() for p in params) or None,
         scheduler=type(scheds[0]).__name__ if scheds else None,

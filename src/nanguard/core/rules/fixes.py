@@ -46,6 +46,7 @@ def lr_fixes(case: Case) -> list[str]:
     kw = {
         "opt": case.opt,
         "lr": nice_lr(low) if low else "1e-3",
+        "kept": case.kept(),
         "was": f"  # was {num(user)}" if user else "",
         "clip": f"{trend.clip_threshold:g}",
         "sched": ctx.scheduler or "",
@@ -71,6 +72,7 @@ def explode_fixes(case: Case) -> list[str]:
         "opt": case.opt,
         "clip": f"{case.trend.clip_threshold:g}",
         "lr": nice_lr(low) if low else "1e-3",
+        "kept": case.kept(),
     }
     fixes = _no_repeat(case, [t.format(**kw) for t in case.say.lr.explode_fixes])
     if case.say.lr.recurrent_fix is not None and recurrent(case):

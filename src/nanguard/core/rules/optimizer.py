@@ -43,7 +43,7 @@ def clip_norm_overflowed(case: Case) -> Diagnosis | None:
     ]
     lr = case.ctx.lr
     if lr:
-        fixes.append(say.lr.new_lr.format(opt=case.opt, lr=nice_lr(lr / 4)))
+        fixes.append(say.lr.new_lr.format(opt=case.opt, lr=nice_lr(lr / 4), kept=case.kept()))
     return Diagnosis(
         Cause.EXPLODING_GRADIENTS, 0.85, f"the gradient norm overflowed inside {say.clip_norm_fn}",
         lines, fixes,
@@ -119,7 +119,8 @@ def optimizer_made_nonfinite(case: Case) -> Diagnosis | None:
     return Diagnosis(
         Cause.OPTIMIZER_STATE, 0.9 if zero_eps else 0.75,
         f"`{say.opt_call.format(opt=case.opt)}` turned finite gradients into non-finite weights",
-        lines, [say.lr.eps_fix.format(opt=case.opt, lr=num(lr) if lr else "...")],
+        lines, [say.lr.eps_fix.format(opt=case.opt, lr=num(lr) if lr else "...",
+                                     kept=case.kept("eps", "epsilon"))],
     )
 
 
