@@ -232,3 +232,49 @@ def test_a_run_that_ends_at_the_event_is_unjudged() -> None:
     c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
     out = c.run_ended(21)
     assert out is not None and out["status"] == "unjudged" and "ended at the last event" in out["reason"]
+
+
+def _noisy(n: int, start: int = 0) -> list[StepRecord]:
+    """A run at its plateau from the start: loss 5.4 ± 0.6, in a fixed pattern."""
+    wiggle = [0.0, 0.5, -0.4, 0.6, -0.6, 0.2, -0.1, 0.4, -0.3, 0.1]
+    return [StepRecord(step=start + i, loss=5.4 + wiggle[i % len(wiggle)], grad_norm=1.0, param_norm=10.0,
+                       lr=1e-4) for i in range(n)]
+
+
+def test_a_dropped_batch_after_a_few_noisy_steps_is_no_failure() -> None:
+    # a regression loader with one inf target at step 7: the batch is dropped and the run goes on
+    # like its clean twin — the first 7 steps are no level to fail it by (exit 4 before)
+    h = History()
+    for r in _noisy(7):
+        h.append(r)
+    judge = OutcomeJudge(window=50)
+    judge.acted(7, h, bad_batch=True)
+    decided = [judge.observe(r) for r in _noisy(50, start=8)]
+    out = judge.current
+    assert out is not None and decided[-1] is out and out.status in ("recovered", "unjudged"), out.to_dict()
+    assert out.status == "recovered"  # back within its own band (5.4 ± 0.6) before the event
+    assert out.ceiling == pytest.approx(6.0)
+
+
+def test_a_dropped_batch_after_a_few_steps_and_a_worse_loss_is_unjudged_not_failed() -> None:
+    h = History()
+    for r in _noisy(7):
+        h.append(r)
+    judge = OutcomeJudge(window=50)
+    judge.acted(7, h, bad_batch=True)
+    for r in _noisy(50, start=8):
+        judge.observe(StepRecord(step=r.step, loss=3 * r.loss, grad_norm=1.0, param_norm=10.0, lr=1e-4))
+    out = judge.current
+    assert out is not None and out.status == "unjudged"
+    assert out.reason.startswith("only 7 healthy steps before the event: too few to know the run's level")
+
+
+def test_a_rollback_after_a_few_steps_must_still_get_below_its_start() -> None:
+    h = History()
+    for r in _noisy(7):
+        h.append(r)
+    judge = OutcomeJudge(window=50)
+    judge.acted(7, h)  # a rollback: the run diverged from its start; coming back means learning
+    for r in _noisy(50, start=8):
+        judge.observe(r)
+    assert judge.current is not None and judge.current.status == "not-recovered"

@@ -319,7 +319,7 @@ class _Run:
             for note in (stop_note, self.swallow_note):
                 if note:
                     print(f"nanguard: {note}", file=sys.stderr)
-        elif log.status in ("recovered", "not-recovered"):
+        elif log.status in ("recovered", "unjudged", "not-recovered"):
             self._print_summary()
         # each output on its own: a full disk for one does not cost the other, nor the status
         failures = write_outputs(
@@ -357,11 +357,14 @@ class _Run:
         if log.status == "ok" and (log.recoveries or log.events):
             log.status = "recovered"  # met non-finite values (skipped, recovered), finished anyway
             log.outcome = next((o for o in (s.outcome() for s in self.sessions) if o is not None), None)
-            if log.outcome is not None and log.outcome.get("status") == "not-recovered":
+            verdict = log.outcome.get("status") if log.outcome is not None else None
+            if verdict == "not-recovered":
                 # it finished, but its loss never came back to its healthy level: not a fix
                 log.status = "not-recovered"
                 if self.status == 0:
                     self.status = EXIT_NOT_RECOVERED
+            elif verdict == "unjudged":
+                log.status = "unjudged"  # never "recovered" on what cannot be told; no failure
 
     def _print_summary(self) -> None:
         from .core.render import recovery_summary
@@ -388,7 +391,7 @@ def _other_rank_line(err: NonFiniteError | None, log: RunLog, opts: RunOptions) 
         cause = f"; {diag.cause.value}" if diag is not None else ""
         return (f"nanguard: stopped at step {f.step} on a non-finite value{made} (`{f.op}`, {f.phase} "
                 f"pass{cause}): rank 0 prints the finding{where}")
-    if log.status in ("recovered", "not-recovered"):
+    if log.status in ("recovered", "unjudged", "not-recovered"):
         return (f"nanguard: {log.status} after {len(log.events)} non-finite step(s), "
                 f"{len(log.recoveries)} recovery action(s): rank 0 prints the summary{where}")
     return None

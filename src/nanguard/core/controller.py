@@ -257,7 +257,8 @@ class StepController:
             backend.set_eps(action.set_eps)
         details.update(backend.restore_state())
         self.state = self.state.recorded(step, action, **details)
-        self.judge.acted(step, self.history)
+        self.judge.acted(step, self.history,
+                         bad_batch=action.kind == "drop_batch" or diag.cause is Cause.NONFINITE_INPUT)
         if not after_update:
             backend.skip_update()
         return action

@@ -10,7 +10,9 @@ judge decides once per episode:
   median of the last ``min_steps``) is back under the healthy ceiling and the updates no longer
   swamp the weights (decided at the end of the window, not when noise first dips under it);
 * ``not-recovered`` — it is not: the numbers say how far off it is (loss before the event, loss
-  now, update/weight ratio now). A run that ends inside the window is judged on what was seen — ``unjudged`` when that
+  now, update/weight ratio now). After a bad batch (dropped, or its update skipped: the weights
+  never took it) the run only has to be back within its own band before the event, and a band
+  of fewer than :data:`SHORT` steps is no level to fail a run by: ``unjudged``, said so. A run that ends inside the window is judged on what was seen — ``unjudged`` when that
 is fewer than ``min_steps`` healthy steps.
 
 The same signals decide whether a snapshot may be kept as a rollback target
@@ -54,6 +56,8 @@ class Level:
     ceiling: float | None
     ratio: float | None
     steps: int
+    #: the highest of those healthy losses: the top of the run's own band before the event
+    top: float | None = None
 
     @classmethod
     def of(cls, history: History) -> Level:
@@ -73,7 +77,8 @@ class Level:
                 # a few steps are no healthy stretch (a run that diverged from its start): coming
                 # back means learning something — getting clearly below where it started
                 ceiling = level - 0.05 * abs(level)
-        return cls(level, ceiling, _median([r for r in ratios if math.isfinite(r)]), len(losses))
+        return cls(level, ceiling, _median([r for r in ratios if math.isfinite(r)]), len(losses),
+                   max(losses) if losses else None)
 
     def ratio_ceiling(self) -> float:
         """The update/weight ratio the run must come back under."""
@@ -95,6 +100,19 @@ class Outcome:
     decided_step: int | None = None
     reason: str = ""
     events: int = 1
+    #: the first event was a bad batch (dropped, or skipped with its update): the weights never
+    #: took it, so the run is back when its loss is within its own band again
+    bad_batch: bool = False
+
+    @property
+    def ceiling(self) -> float | None:
+        """The loss the run must come back under: the level's ceiling — after a bad batch, at
+        least the top of the run's own band before the event (a noisy run's losses go on
+        moving within it; a short history is no stretch to improve on)."""
+        c, top = self.level.ceiling, self.level.top
+        if self.bad_batch and c is not None and top is not None:
+            return max(c, top)
+        return c
 
     @property
     def loss_now(self) -> float | None:
@@ -106,10 +124,11 @@ class Outcome:
 
     def met(self, min_steps: int) -> bool:
         """Is the run back at its healthy level (on the steps seen since the event)?"""
-        if len(self.losses) < min_steps or self.level.ceiling is None:
+        ceiling = self.ceiling
+        if len(self.losses) < min_steps or ceiling is None:
             return False
         now = self.loss_now
-        if now is None or now > self.level.ceiling:
+        if now is None or now > ceiling:
             return False
         r = self.ratio_now
         return r is None or r <= self.level.ratio_ceiling()
@@ -122,7 +141,7 @@ class Outcome:
             "window": self.window,
             "events": self.events,
             "loss_before": self.level.loss,
-            "loss_ceiling": self.level.ceiling,
+            "loss_ceiling": self.ceiling,
             "loss_now": self.loss_now,
             "update_ratio_before": self.level.ratio,
             "update_ratio_now": self.ratio_now,
@@ -150,10 +169,12 @@ class OutcomeJudge:
         cur = self.current
         return cur is not None and cur.status == "judging"
 
-    def acted(self, step: int, history: History) -> None:
-        """The policy acted on a non-finite step (before the run went on). A new episode starts
-        after a healthy stretch; an event while one is open restarts its window, keeping the
-        level from before its first event."""
+    def acted(self, step: int, history: History, bad_batch: bool = False) -> None:
+        """The policy acted on a non-finite step (before the run went on); ``bad_batch``: the
+        step's batch was the cause (its data held the non-finite value, or it failed at the
+        healthy weights whatever the fix). A new episode starts after a healthy stretch; an
+        event while one is open restarts its window, keeping the level from before its first
+        event."""
         cur = self.current
         if cur is not None and cur.status == "judging":
             cur.events += 1
@@ -168,7 +189,7 @@ class OutcomeJudge:
             cur.losses.clear()
             cur.ratios.clear()
             return
-        self.episodes.append(Outcome(step, Level.of(history), self.window))
+        self.episodes.append(Outcome(step, Level.of(history), self.window, bad_batch=bad_batch))
 
     def observe(self, rec: StepRecord) -> Outcome | None:
         """A step ended (its history record): returns the episode when this step decided it."""
@@ -220,11 +241,20 @@ class OutcomeJudge:
         return cur
 
     def _not_recovered(self, cur: Outcome, step: int, why: str) -> None:
+        if cur.bad_batch and cur.level.steps < SHORT:
+            # a few noisy steps before a dropped batch are no level to hold a run to: say so,
+            # never a failure
+            n = cur.level.steps
+            cur.status, cur.decided_step = "unjudged", step
+            cur.reason = (f"only {n} healthy step{'s' if n != 1 else ''} before the event: too few to know "
+                          f"the run's level ({SHORT} needed); the loss is {cur.loss_now:.4g} now, "
+                          f"{cur.level.loss:.4g} to {cur.level.top:.4g} before")
+            return
         cur.status, cur.decided_step = "not-recovered", step
         parts = [why]
         if cur.level.loss is not None and cur.loss_now is not None:
             parts.append(f"loss {cur.level.loss:.4g} before the event, {cur.loss_now:.4g} now "
-                         f"(healthy ceiling {cur.level.ceiling:.4g})")
+                         f"(healthy ceiling {cur.ceiling:.4g})")
         if cur.ratio_now is not None:
             parts.append(f"update/weight ratio {cur.ratio_now:.3g} now (healthy ≈ 1e-3)")
         cur.reason = "; ".join(parts)

@@ -63,7 +63,8 @@ def _rank_siblings(path: str) -> list[str]:
 
 
 #: the worse status wins when ranks are merged
-_SEVERITY = {"ok": 0, "recovered": 1, "not-recovered": 2, "interrupted": 3, "error": 4, "nonfinite": 5}
+_SEVERITY = {"ok": 0, "recovered": 1, "unjudged": 2, "not-recovered": 3, "interrupted": 4, "error": 5,
+             "nonfinite": 6}
 
 
 def merge_ranks(path: str) -> dict[str, Any]:

@@ -380,6 +380,7 @@ def _e(x: Any) -> str:
 _STATUS_WORDS = {
     "ok": ("healthy", "ok"),
     "recovered": ("recovered", "warn"),
+    "unjudged": ("finished, outcome not judged", "warn"),
     "not-recovered": ("finished, not recovered", "bad"),
     "nonfinite": ("stopped on a non-finite value", "bad"),
     "error": ("crashed", "bad"),
@@ -398,7 +399,7 @@ def _summary(doc: Mapping[str, Any]) -> str:
         return f"{steps} steps, no non-finite value."
     if status == "nonfinite" and events:
         return f"Stopped at step {events[0].get('step')}: {headline(Finding.from_dict(events[0]))}."
-    if status in ("recovered", "not-recovered"):
+    if status in ("recovered", "unjudged", "not-recovered"):
         out = doc.get("outcome") or {}
         verdict = f" Outcome: {out.get('status')} — {out.get('reason')}." if out else ""
         return (f"Met non-finite values {len(events)} time(s) and finished {steps} steps: "

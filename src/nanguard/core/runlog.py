@@ -23,9 +23,10 @@ __all__ = ["SCHEMA_VERSION", "STATUSES", "RunLog", "check_document", "event_dict
 SCHEMA_VERSION = 1
 #: ``ok``: no non-finite value; ``nonfinite``: stopped on one; ``recovered``: met some, finished,
 #: and the loss came back to the run's healthy level (``outcome``); ``not-recovered``: met some,
-#: finished, but the loss did not come back; ``error``: the script raised something else;
-#: ``interrupted``: Ctrl-C / SIGTERM.
-STATUSES = ("ok", "nonfinite", "recovered", "not-recovered", "error", "interrupted")
+#: finished, but the loss did not come back; ``unjudged``: met some, finished, and whether it
+#: came back cannot be told (too few healthy steps before or after the event: never a failure);
+#: ``error``: the script raised something else; ``interrupted``: Ctrl-C / SIGTERM.
+STATUSES = ("ok", "nonfinite", "recovered", "unjudged", "not-recovered", "error", "interrupted")
 
 
 def _json_safe(x: Any) -> Any:
