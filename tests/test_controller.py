@@ -229,3 +229,25 @@ def test_combined_trials_verify_a_fix_only_where_every_rank_verified_it() -> Non
     c = Fix(0.001)  # tried too (every rank tries every fix), but listed no further than one process
     both = combine_ranks([[*rank0, Trial(c, (5.0, 4.0), 0)], [*rank1, Trial(c, (6.0, 5.0), 0)]])
     assert both is not None and [t.fix for t in both] == [a, b]
+
+
+def test_each_event_is_said_as_it_happens_and_thousands_are_counted(capsys: pytest.CaptureFixture[str]) -> None:
+    c = _controller(policy="skip", max_consecutive_skips=10_000)
+    for s in range(10, 10 + 120):
+        c.act(*_event(Cause.NONFINITE_INPUT, step=s), FakeBackend(), step=s)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "nanguard: step 10: nonfinite-input → skip"
+    assert len(lines) == 10 + 3  # the first 10, then at 20, 50 and 100 — and none for the others
+    assert lines[10].startswith("nanguard: 20 non-finite steps so far; the last, step 29: nonfinite-input")
+    assert lines[-1].startswith("nanguard: 100 non-finite steps so far; the last, step 109")
+
+
+def test_a_rollback_says_whether_its_fix_was_tried() -> None:
+    from nanguard.core.render import event_line
+
+    rec = {"step": 4, "action": "rollback", "cause": "learning-rate-too-high", "steps_lost": 4,
+           "description": "rollback + learning rate ×0.01", "verified": True}
+    assert event_line(rec, 1) == ("nanguard: step 4: learning-rate-too-high → rollback + learning rate ×0.01, "
+                                  "4 steps lost (verified on the failing step)")
+    assert event_line({**rec, "verified": None}, 2).endswith("4 steps lost (untried: judged by the outcome)")
+    assert event_line(rec, 11) is None and event_line(rec, 1000) is not None

@@ -36,6 +36,7 @@ from .history import History
 from .outcome import Level, OutcomeJudge, healthy_now
 from .policy import ROLLBACK, Action, RecoveryConfig, RecoveryState, decide, loss_scale_gave_up
 from .ranks import say
+from .render import event_line
 from .taxonomy import Cause
 from .trials import Fix, Trial, lr_candidates
 
@@ -177,6 +178,7 @@ class StepController:
         if restored is not None:
             details.update(restored_step=restored, steps_lost=step + 1 - restored)
         self.state = self.state.recorded(step, action, **details)
+        self._said()
         self.judge.acted(step, self.history)
 
     def scaler_stepped(self) -> None:
@@ -257,11 +259,19 @@ class StepController:
             backend.set_eps(action.set_eps)
         details.update(backend.restore_state())
         self.state = self.state.recorded(step, action, **details)
+        self._said()
         self.judge.acted(step, self.history,
                          bad_batch=action.kind == "drop_batch" or diag.cause is Cause.NONFINITE_INPUT)
         if not after_update:
             backend.skip_update()
         return action
+
+    def _said(self) -> None:
+        """One line on stderr as the policy acts (:func:`~nanguard.core.render.event_line`)."""
+        recs = self.state.recoveries
+        line = event_line(recs[-1], len(recs))
+        if line is not None:
+            say(line)
 
     def _repeated_drops(self, finding: Finding, diag: Diagnosis, step: int, after_update: bool,
                         backend: Backend, force: bool = False) -> None:

@@ -6,6 +6,7 @@ non-terminal output); :func:`finding_panel` gives a rich panel for terminals.
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +143,26 @@ def finding_panel(f: Finding, d: Diagnosis | None = None, first: bool = True) ->
         parts.extend(Text(line) for line in _tried(d))
     title = f"nanguard · {f.phase} · {canonical_op(f.op) or f.phase}"
     return Panel(Group(*parts), title=title, border_style="red", expand=False)
+
+
+def event_line(rec: dict[str, Any], n: int) -> str | None:
+    """The line printed as a policy acts on a non-finite step (``rec``: its run-log entry, the
+    ``n``-th of the run): every one of the first 10, then at 20, 50, 100, 200, 500, … a count —
+    a run that drops thousands of batches says so as it goes, without a line for each."""
+    what = f"{rec.get('cause') or '?'} → {rec.get('description') or rec.get('action')}"
+    lost = int(rec.get("steps_lost") or 0)
+    if lost:
+        what += f", {lost} step{'s' if lost != 1 else ''} lost"
+    if rec.get("verified") is True:
+        what += " (verified on the failing step)"
+    elif rec.get("verified") is None and rec.get("action") == "rollback" and "escalation" not in rec:
+        what += " (untried: judged by the outcome)"
+    if n <= 10:
+        return f"nanguard: step {rec.get('step')}: {what}"
+    k = 10 ** int(math.log10(n))
+    if n in (2 * k, 5 * k, 10 * k) or n == k:
+        return f"nanguard: {n} non-finite steps so far; the last, step {rec.get('step')}: {what}"
+    return None
 
 
 def recovery_summary(
