@@ -32,6 +32,7 @@ RULES: tuple[Rule, ...] = (
     inputs.mask_row_became_nan,
     inputs.explicit_nonfinite_constant,
     # the update
+    optimizer.decay_too_strong,
     optimizer.clip_norm_overflowed,
     optimizer.optimizer_squares_overflowed,
     optimizer.optimizer_made_nonfinite,

@@ -58,6 +58,8 @@ class LrPhrases:
     explode_fixes: tuple[str, ...]
     recurrent_fix: str | None
     scale_targets: str
+    #: a weight decay too strong for the learning rate (templates: opt, lr, wd, was, kept)
+    weight_decay_fix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,8 @@ TORCH = Phrasebook(
         scale_targets=(
             "y = (y - y.mean()) / y.std()  # scale the targets (and x the same way); undo it on predictions"
         ),
+        weight_decay_fix=("optimizer = torch.optim.{opt}(model.parameters(), lr={lr}, weight_decay={wd}{kept})"
+                          "  # was weight_decay={was}"),
     ),
     init=InitPhrases(
         init_fix=(
@@ -316,6 +320,8 @@ KERAS = Phrasebook(
         scale_targets=(
             "y = (y - y.mean()) / y.std()  # scale the targets (or keras.layers.Normalization for the inputs)"
         ),
+        weight_decay_fix=("optimizer = keras.optimizers.{opt}(learning_rate={lr}, weight_decay={wd}{kept})"
+                          "  # was weight_decay={was}"),
     ),
     init=InitPhrases(
         init_fix="keras.layers.Dense(units, kernel_initializer='he_normal')",

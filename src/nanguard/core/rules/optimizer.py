@@ -1,5 +1,6 @@
-"""Rules for the update: a gradient norm that overflowed inside clipping, and an optimizer step
-that turned finite gradients into non-finite weights."""
+"""Rules for the update: a gradient norm that overflowed inside clipping, an optimizer step
+that turned finite gradients into non-finite weights, a weight decay that rescales the weights
+by ``1 − lr·weight_decay`` ≤ 0 at every step."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .singular import find_singularity
 
 __all__ = [
     "clip_norm_overflowed",
+    "decay_too_strong",
     "optimizer_made_nonfinite",
     "optimizer_squares_overflowed",
     "optimizer_step_too_large",
@@ -143,3 +145,46 @@ def optimizer_step_too_large(case: Case) -> Diagnosis | None:
         f"`{case.say.opt_call.format(opt=case.opt)}` turned finite gradients into non-finite weights",
         lines, lr_fixes(case),
     )
+
+
+#: optimizers whose weight decay multiplies the weights by ``1 − lr·wd`` at each step (SGD's L2 term
+#: goes into the update unnormalised; AdamW's is decoupled); Adam's L2 is normalised away. Keras
+#: 3 decouples it in every optimizer.
+_DECOUPLED = ("SGD", "AdamW")
+#: ``lr × weight_decay`` a suggested weight decay aims for (0.1 × 5e-4 … 1e-3 × 0.1 in practice)
+_WD_TARGET = 1e-4
+
+
+def decay_too_strong(case: Case) -> Diagnosis | None:
+    """``lr × weight_decay ≥ 1``: each step multiplies the weights by ``1 − lr·wd`` ≤ 0 — they
+    are zeroed, or flip sign and grow by ``|1 − lr·wd|`` a step. The learning rate alone is not
+    the problem (the update/weight ratio of the gradient's part can be small): the weight decay
+    is, for this learning rate."""
+    ctx, say = case.ctx, case.say
+    wd, lr = ctx.hyper.get("weight_decay"), ctx.lr
+    if not isinstance(wd, (int, float)) or not lr or wd <= 0 or lr * wd < 1 or say.lr.weight_decay_fix is None:
+        return None
+    if ctx.framework == "torch" and ctx.optimizer not in _DECOUPLED:
+        return None
+    p = lr * wd
+    lines = _made_by_update(case)
+    what = (f"they flip sign and grow ×{num(abs(1 - p))} a step" if p > 2 else
+            "they are zeroed or flipped every step" if p < 2 else "they flip sign every step")
+    lines.append(f"weight_decay={num(wd)} with learning rate {num(lr)}: lr × weight_decay = {num(p)}, so each "
+                 f"step multiplies the weights by 1 − {num(p)} = {num(1 - p)} besides the gradient's part: {what}")
+    w = case.trend.weights
+    if w is not None and w.factor >= 2:
+        lines.append(f"the weight norm grew {num(w.factor)}x over the last {case.trend.window} steps: "
+                     f"{num(w.first)} → {num(w.last)}")
+    fix = say.lr.weight_decay_fix.format(opt=case.opt, lr=num(ctx.user_lr or lr), wd=nice_lr(_WD_TARGET / lr),
+                                         was=num(wd), kept=case.kept("weight_decay"))
+    return Diagnosis(
+        Cause.LEARNING_RATE_TOO_HIGH, 0.85,
+        f"the weight decay is too strong for the learning rate: lr × weight_decay = {num(p)}",
+        lines, [fix, *lr_fixes(case)[1:2]],
+    )
+
+
+def _made_by_update(case: Case) -> list[str]:
+    ev = case.ev
+    return [f"`{case.shown}` {ev.where} produced {ev.what}"] if ev.what else []
