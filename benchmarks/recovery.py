@@ -101,7 +101,7 @@ class GuardedRun:
     @property
     def finished(self) -> bool:
         """The script ran to its end (whether or not its loss came back)."""
-        return (self.exit_code, self.status) in ((EXIT_OK, "ok"), (EXIT_OK, "recovered"),
+        return (self.exit_code, self.status) in ((EXIT_OK, "ok"), (EXIT_OK, "recovered"), (EXIT_OK, "unjudged"),
                                                  (EXIT_NOT_RECOVERED, "not-recovered"))
 
     @property
@@ -392,6 +392,7 @@ def totals(rows: list[Row]) -> dict[str, Any]:
                                 and r.ratio <= WITHIN),
         "recovered_compared": sum(1 for r in bad if r.guarded.status == "recovered" and r.ratio is not None),
         "not_recovered": sum(1 for r in bad if r.guarded.status == "not-recovered"),
+        "unjudged": sum(1 for r in bad if r.guarded.status == "unjudged"),
         "contradicted": sum(1 for r in bad if r.claim_contradicted),
         "guarantee_held": sum(1 for r in bad if r.guarded.verify is True),
         "guarantee_violated": sum(1 for r in bad if r.guarded.verify is False),
@@ -416,7 +417,8 @@ def totals_lines(t: dict[str, Any]) -> list[str]:
         f"total steps lost to rollbacks: {t['steps_lost']}; exit status other than 0/3/4: {t['crashed']}",
         f"said recovered: {t['recovered']} (final loss within {WITHIN:g}× the hand-fixed run's: "
         f"{t['recovered_within']}/{t['recovered_compared']} compared); said not recovered (exit 4): "
-        f"{t['not_recovered']}; said recovered but more than {WITHIN:g}× off: {t['contradicted']}",
+        f"{t['not_recovered']}; said unjudged (too little of the run to tell): {t.get('unjudged', 0)}; "
+        f"said recovered but more than {WITHIN:g}× off: {t['contradicted']}",
     ]
     if t["fixed_runs"]:
         lines.append(f"hand-fixed runs that finished with a finite loss: {t['fixed_ok']}/{t['fixed_runs']}")

@@ -623,7 +623,9 @@ def test_nanguard_run_guards_a_tensorflow_custom_loop(tmp_path: Path, spawn: Spa
     after = proc.stdout.split("\n64 ")[-1].splitlines()[1:]  # the steps after the bad batch
     assert len(after) == 3 and all(math.isfinite(float(line.split()[1])) for line in after)
     log = json.loads((tmp_path / "log.json").read_text())
-    assert (log["status"], log["framework"], log["steps"]) == ("recovered", "keras", 8)
+    # 3 healthy steps after the bad batch: too few to tell whether the run came back — said so
+    assert (log["status"], log["framework"], log["steps"]) == ("unjudged", "keras", 8)
+    assert log["outcome"]["reason"].startswith("the run ended 3 healthy steps after the last event")
     (ev,) = log["events"]
     assert (ev["phase"], ev["op"], ev["cause"]) == ("data", "input", "nonfinite-input")
     assert ev["details"]["input_name"] == "xb" and ev["details"]["samples"][0]["index"] == 13

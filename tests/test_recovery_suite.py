@@ -83,7 +83,9 @@ def test_the_fast_scenarios_have_their_labels() -> None:
 def test_recover_drops_a_poisoned_batch_and_finishes(fast_runs: dict[str, recovery.GuardedRun]) -> None:
     run = fast_runs[DROP_BATCH]
     assert not _guarantee_failures([run]), _explain(run)
-    assert (run.exit_code, run.status) == (0, "recovered"), _explain(run)
+    # its second bad batch is 9 steps before the end: too little of the run after it to tell
+    # whether the run came back — "unjudged", never "recovered", and no failure exit
+    assert (run.exit_code, run.status) == (0, "unjudged"), _explain(run)
     assert run.cause == "nonfinite-input"
     assert run.recoveries and all(r["action"] == "drop_batch" for r in run.recoveries), _explain(run)
     assert run.steps_lost == 0
