@@ -100,6 +100,9 @@ def cases(fw: str) -> dict[str, Case]:
         "explicit_nonfinite_constant": case(
             fw, phase="forward", op=op("aten.masked_fill.Scalar", "SelectV2"), neginf=4,
             constant="-inf", reached="loss"),
+        "decay_too_strong": case(
+            fw, GROWING, phase="forward", op=mm, module="fc2", posinf=3, dtype="float32",
+            inputs=huge, ctx=_ctx(fw, optimizer="SGD", hyper={"lr": 0.05, "weight_decay": 60.0})),
         "clip_norm_overflowed": case(
             fw, GRADS_GREW, phase="backward", op=op("aten.linalg_vector_norm.default", "Sqrt"),
             posinf=1, clip_total_norm=math.inf, reached="total gradient norm",
