@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 import textwrap
 from pathlib import Path
 
@@ -42,7 +43,7 @@ CSV = (
 def test_csv_counts_and_first_rows(tmp_path: Path) -> None:
     p = tmp_path / "train.csv"
     p.write_text(CSV)
-    r = nanguard.scan(p)
+    r = nanguard.scan(p, fp16=True)
     assert r.found and r.rows == 6 and r.format == "CSV"
     assert _col(r, "age") == {"count": 6, "nan": 0, "posinf": 0, "neginf": 0, "missing": 2,
                               "text": 0, "fp16": 0}
@@ -129,12 +130,14 @@ def test_npy_per_feature_chunked_and_fortran(tmp_path: Path) -> None:
     p = tmp_path / "x.npy"
     np.save(p, a)
     for chunk in (1024, 1 << 20):
-        r = nanguard.scan(p, chunk_bytes=chunk)
+        r = nanguard.scan(p, chunk_bytes=chunk, fp16=True)
         assert _cells(r) == [(17, "[:, 1]", "nan"), (500, "[:, 0]", "fp16"), (9999, "[:, 3]", "+inf")]
-    assert not nanguard.scan(p, fp16=False).columns[0].issues(False)
+    plain = nanguard.scan(p)  # float16 not asked for: counted, not a bad row
+    assert plain.columns[0].fp16 == 1 and not plain.columns[0].issues(False)
+    assert _cells(plain) == [(17, "[:, 1]", "nan"), (9999, "[:, 3]", "+inf")]
     pf = tmp_path / "f.npy"
     np.save(pf, np.asfortranarray(a))
-    assert _cells(nanguard.scan(pf, chunk_bytes=1024)) == _cells(r)
+    assert _cells(nanguard.scan(pf, chunk_bytes=1024, fp16=True)) == _cells(r)
 
 
 def test_npy_samples_ints_and_pickles(tmp_path: Path) -> None:
@@ -156,7 +159,7 @@ def test_npz_members_are_streamed(tmp_path: Path) -> None:
     x[600, 7] = np.nan
     p = tmp_path / "d.npz"
     np.savez_compressed(p, x=x, y=np.arange(1000), z=np.array(1e9))
-    r = nanguard.scan(p, chunk_bytes=2048)
+    r = nanguard.scan(p, chunk_bytes=2048, fp16=True)
     assert _cells(r) == [(0, "z", "fp16"), (600, "x", "nan")]
     assert r.bad_rows[1].cells[0].position == "[7]"
 
@@ -225,7 +228,7 @@ def test_dataset_and_dataloader() -> None:
             img = torch.full((2, 2), 1e5) if i == 3 else torch.zeros(2, 2)
             return {"img": img, "label": i, "w": None if i == 2 else 1.0}
 
-    ri = nanguard.scan(Items())
+    ri = nanguard.scan(Items(), fp16=True)
     assert _cells(ri) == [(2, "w", "missing"), (3, "img", "fp16")]
 
     class Stream(IterableDataset):  # type: ignore[type-arg]
@@ -268,12 +271,54 @@ def test_cli_exit_codes_json_and_directories(tmp_path: Path, capsys: pytest.Capt
     assert doc[0]["bad_rows"][0] == {"index": 0, "cells": [
         {"column": "b", "kind": "missing", "value": "''", "position": None}], "where": None}
     np.save(tmp_path / "big.npy", np.array([1e5], np.float32))
-    assert cli_main(["scan", str(tmp_path / "big.npy")]) == 3
-    assert cli_main(["scan", "--no-fp16", str(tmp_path / "big.npy")]) == 0
+    assert cli_main(["scan", "--fp16", str(tmp_path / "big.npy")]) == 3
+    assert cli_main(["scan", "--no-fp16", str(tmp_path / "big.npy")]) == 0  # the old flag
     assert cli_main(["scan", str(tmp_path / "missing.csv")]) == 2
     (tmp_path / "x.txt").write_text("hi")
     assert cli_main(["scan", str(tmp_path / "x.txt")]) == 2
     capsys.readouterr()
+
+
+def test_float32_data_beyond_float16_is_information_unless_fp16_is_asked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Finite float32 values of 3e38 and an int64 of 100,000 are healthy data for a float32 run:
+    the default exit status (a CI gate) is 0, the count is said as information; --fp16 makes
+    them found (exit 3)."""
+    big = np.ones((10, 3), np.float32)
+    big[2, 0] = 3e38
+    np.save(tmp_path / "big.npy", big)
+    np.save(tmp_path / "ids.npy", np.array([1, 100_000, 5], np.int64))
+    for name in ("big.npy", "ids.npy"):
+        assert cli_main(["scan", str(tmp_path / name)]) == 0
+        out = capsys.readouterr().out
+        assert "clean: no NaN/Inf" in out
+        assert "info: 1 finite value beyond float16 (|x| > 65504)" in out and "--fp16" in out
+        assert cli_main(["scan", "--fp16", str(tmp_path / name)]) == 3
+        assert "found: 1 beyond float16" in capsys.readouterr().out
+    assert cli_main(["scan", "--json", str(tmp_path / "big.npy")]) == 0
+    doc = json.loads(capsys.readouterr().out)[0]
+    assert not doc["found"] and not doc["fp16_checked"] and doc["totals"]["fp16"] == 1
+
+
+def test_a_closed_pipe_ends_the_scan_quietly(tmp_path: Path) -> None:
+    """``nanguard scan DIR | head -2``: the reader goes away after two lines; the scan ends with
+    the status a shell gives ``cat f | head`` (141), and no traceback."""
+    import subprocess
+
+    for i in range(40):  # ~320 kB of bad rows: more than a pipe holds, so the writer must wait
+        a = np.zeros((400, 2), np.float32)
+        a[::2, 1] = np.nan
+        np.save(tmp_path / f"f{i:02d}.npy", a)
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "nanguard", "scan", "--max-rows", "1000",
+                             str(tmp_path)],
+                            stdout=w, stderr=subprocess.PIPE)
+    os.close(w)
+    with os.fdopen(r, "rb") as reader:
+        reader.readline(), reader.readline()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141, err.decode()
+    assert b"Traceback" not in err and b"BrokenPipe" not in err
 
 
 def test_a_file_larger_than_1gb_streams_in_bounded_memory(tmp_path: Path, spawn: Spawn) -> None:

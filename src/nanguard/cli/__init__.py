@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -45,7 +46,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     mod = importlib.import_module(f"{__name__}.{COMMANDS[args.command]}")
-    return int(mod.main(args) or 0)
+    try:
+        status = int(mod.main(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here when the output was buffered
+    except BrokenPipeError:
+        return _closed_pipe()
+    return status
+
+
+#: the exit status of a process that wrote to a closed pipe, as a shell reports ``cat f | head``
+EXIT_CLOSED_PIPE = 128 + 13  # SIGPIPE
+
+
+def _closed_pipe() -> int:
+    """``nanguard scan ... | head -2``: the reader went away. End quietly, as Unix tools do:
+    no traceback, and stdout pointed at /dev/null so that the flush at exit cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_CLOSED_PIPE
 
 
 if __name__ == "__main__":

@@ -22,17 +22,20 @@ def add_parser(sub: Any) -> None:
         description="Scan CSV/TSV, Parquet, NPY/NPZ, .pt/.pth and safetensors files (or every "
         "such file in a directory) for NaN/Inf, empty or missing cells (they become NaN in a "
         "float tensor), non-numeric cells in numeric columns and values beyond float16 "
-        "(|x| > 65504). Files are streamed in chunks: memory stays bounded. "
-        "A file that cannot be read is one line on stderr; the others are still scanned. "
-        "Exit status: 0 clean, 3 found, 2 unreadable, not all checked or unknown format "
+        "(|x| > 65504: information, a problem with --fp16). Files are streamed in chunks: "
+        "memory stays bounded. A file that cannot be read is one line on stderr; the others are "
+        "still scanned. Exit status: 0 clean, 3 found (NaN/Inf, missing or non-numeric cells; "
+        "values beyond float16 with --fp16), 2 unreadable, not all checked or unknown format "
         "(3 outranks 2).",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or directories to scan")
     p.add_argument("--json", action="store_true", help="print one JSON document (a list of reports)")
     p.add_argument("--max-rows", type=_max_rows, default=10, metavar="N",
                    help="list the first N bad rows/samples of each file (default 10)")
-    p.add_argument("--no-fp16", action="store_true",
-                   help="do not count values beyond float16 as problems (still reported)")
+    p.add_argument("--fp16", action="store_true",
+                   help="the data trains in float16 (fp16 autocast, .half()): values beyond "
+                   "float16 count as found (exit 3); without it they are said as information")
+    p.add_argument("--no-fp16", action="store_true", help=argparse.SUPPRESS)  # the old default
     p.add_argument("--chunk-mb", type=_chunk_mb, default=16, metavar="MB",
                    help="megabytes read per chunk: bounds memory (default 16)")
     p.add_argument("--format", choices=("csv", "parquet", "npy", "npz", "pt", "safetensors"),
@@ -88,7 +91,7 @@ def _scan_one(path: str, args: argparse.Namespace, progress: bool) -> Any:
     from ..datascan import scan
 
     try:
-        return scan(path, max_rows=args.max_rows, fp16=not args.no_fp16,
+        return scan(path, max_rows=args.max_rows, fp16=args.fp16 and not args.no_fp16,
                     chunk_bytes=max(1024, int(args.chunk_mb * (1 << 20))), progress=progress,
                     format=args.format)
     except (OSError, ValueError, ImportError, RuntimeError) as exc:

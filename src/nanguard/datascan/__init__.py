@@ -6,7 +6,7 @@ Run it on the data *before* a run (or when a finding says ``nonfinite-input``). 
 * empty or missing cells and nulls — they become NaN when the data turns into a float tensor;
 * cells of a numeric column that are not numbers;
 * finite values beyond the float16 range (``|x| > 65504``), which overflow under ``fp16``
-  autocast or ``.half()``;
+  autocast or ``.half()`` (counted as found with ``fp16=True``; otherwise said as information);
 
 in CSV/TSV, Parquet, NPY/NPZ, ``.pt``/``.pth`` and safetensors files, in numpy arrays, torch
 tensors, pyarrow tables and pandas data frames, and in a ``torch.utils.data.Dataset`` or
@@ -79,7 +79,7 @@ def scan(
     obj: Any,
     *,
     max_rows: int = 10,
-    fp16: bool = True,
+    fp16: bool = False,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     progress: bool = False,
     format: str | None = None,
@@ -92,7 +92,8 @@ def scan(
     a pandas ``DataFrame``, a ``torch.utils.data.Dataset`` or ``DataLoader``.
 
     Returns a :class:`ScanReport`: ``report.found`` is true when anything was found (``fp16``:
-    whether values beyond float16 count), ``report.columns`` holds counts per column or tensor,
+    whether values beyond float16 count; they are counted and said either way, for data that
+    trains in float16), ``report.columns`` holds counts per column or tensor,
     ``report.bad_rows`` the first ``max_rows`` bad rows or samples; ``print(report)`` explains it.
     ``progress`` shows a progress bar on stderr (``nanguard scan`` does on a terminal).
     ``max_samples`` stops a dataset scan early.

@@ -45,7 +45,7 @@ class Collector:
     each column or array of that chunk, then :meth:`end`.
     """
 
-    def __init__(self, report: ScanReport, max_rows: int = 10, fp16: bool = True) -> None:
+    def __init__(self, report: ScanReport, max_rows: int = 10, fp16: bool = False) -> None:
         self.report = report
         self.max_rows = max_rows
         self.fp16 = fp16
@@ -154,7 +154,7 @@ class Collector:
                 sample_shape: tuple[int, ...] | None) -> None:
         """One ``abs().max()`` per column decides; only the failing columns are looked at."""
         k = block.shape[1]
-        limit = FLOAT16_MAX if self.fp16 else np.inf
+        limit = FLOAT16_MAX  # beyond it is counted always; it is a problem only under fp16
         # cells that were missing or text hold a filler value: left out of min/max
         excl = None
         if missing is not None and missing.any():
@@ -164,8 +164,6 @@ class Collector:
         with np.errstate(invalid="ignore", over="ignore"):
             colmax = np.abs(block).max(axis=0)  # NaN propagates; Inf stays Inf
             ok = colmax <= limit
-            if not self.fp16:
-                ok &= np.isfinite(colmax)
         mn = np.full(k, np.inf)
         mx = np.full(k, -np.inf)
         good = np.flatnonzero(ok)
@@ -215,14 +213,20 @@ class Collector:
         for m, kind in ((nan, "nan"), (pinf, "+inf"), (ninf, "-inf")):
             if m.any():
                 self._cells(c, m, kind, functools.partial(_block_cell, vals), sample_shape)
-        if self.fp16:
-            with np.errstate(invalid="ignore"):
-                big = fin & (np.abs(vals) > FLOAT16_MAX)
-            if big.any():
-                c.fp16 += int(big.sum())
-                self._cells(c, big, "fp16", functools.partial(_block_cell, vals), sample_shape)
+        with np.errstate(invalid="ignore"):
+            big = fin & (np.abs(vals) > FLOAT16_MAX)
+        if big.any():
+            c.fp16 += int(big.sum())
+            self._fp16_cells(c, big, vals, sample_shape)
 
     # --- helpers -------------------------------------------------------------------------------
+    def _fp16_cells(self, c: ColumnStats, big: np.ndarray, vals: np.ndarray,
+                    sample_shape: tuple[int, ...] | None) -> None:
+        """Rows beyond float16 are listed as bad rows only when float16 counts (``fp16=True``);
+        otherwise they are counted, and said as information."""
+        if self.fp16:
+            self._cells(c, big, "fp16", functools.partial(_block_cell, vals), sample_shape)
+
     @staticmethod
     def _minmax(c: ColumnStats, lo: float, hi: float) -> None:
         c.min = lo if c.min is None else min(c.min, lo)
@@ -244,13 +248,13 @@ class Collector:
             if lo > hi:
                 continue  # every cell missing
             self._minmax(c, lo, hi)
-            if self.fp16 and (hi > FLOAT16_MAX or lo < -FLOAT16_MAX):
+            if hi > FLOAT16_MAX or lo < -FLOAT16_MAX:
                 vals = block[:, sl]
                 big = (vals > FLOAT16_MAX) | (vals < -FLOAT16_MAX)
                 if filled is not None:
                     big &= ~filled[:, sl]
                 c.fp16 += int(big.sum())
-                self._cells(c, big, "fp16", functools.partial(_block_cell, vals), sample_shape)
+                self._fp16_cells(c, big, vals, sample_shape)
 
     def _complex(
         self, groups: list[tuple[ColumnStats, slice]], block: np.ndarray,

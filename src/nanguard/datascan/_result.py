@@ -100,7 +100,7 @@ class ScanReport:
     nbytes: int | None = None
     seconds: float = 0.0
     chunk_bytes: int = 0
-    fp16: bool = True
+    fp16: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -137,7 +137,7 @@ class ScanReport:
             "bytes": self.nbytes,
             "seconds": round(self.seconds, 3),
             "chunk_bytes": self.chunk_bytes,
-            "fp16_checked": self.fp16,
+            "fp16_checked": self.fp16,  # whether values beyond float16 count as found
             "totals": self.totals(),
             "bad_row_count": self.bad_row_count,
             "columns": [c.to_dict() for c in self.columns],
@@ -238,6 +238,17 @@ def _verdict(r: ScanReport) -> str:
             "numeric arrays)")
 
 
+def _fp16_info(r: ScanReport) -> str | None:
+    """Values beyond float16 when they do not count as a problem (the default): information."""
+    n = r.totals()["fp16"]
+    if r.fp16 or not n:
+        return None
+    cols = [c.name for c in r.columns if c.fp16]
+    names = ", ".join(cols[:4]) + (f", +{len(cols) - 4} more" if len(cols) > 4 else "")
+    return (f"{n:,} finite value{'s' if n != 1 else ''} beyond float16 (|x| > 65504) in {names}: "
+            "fine in float32, Inf if cast to float16 (--fp16 / fp16=True counts them)")
+
+
 def format_report(r: ScanReport, max_columns: int = 30) -> str:
     """Plain text: a header, the columns with problems, the first bad rows."""
     lines = [_header(r)]
@@ -268,6 +279,9 @@ def format_report(r: ScanReport, max_columns: int = 30) -> str:
         names = ", ".join(f"{c.name} ({c.skipped})" for c in skipped[:8])
         more = f", +{len(skipped) - 8} more" if len(skipped) > 8 else ""
         lines.append(f"  not checked: {names}{more}")
+    info = _fp16_info(r)
+    if info:
+        lines.append(f"  info: {info}")
     lines += [f"  note: {n}" for n in r.notes]
     return "\n".join(lines)
 
@@ -301,5 +315,8 @@ def report_table(r: ScanReport) -> RenderableType:
     if skipped:
         parts.append(Text("not checked: " + ", ".join(f"{c.name} ({c.skipped})" for c in skipped[:8]),
                           style="dim"))
+    info = _fp16_info(r)
+    if info:
+        parts.append(Text(f"info: {info}", style="dim"))
     parts += [Text(f"note: {n}", style="dim") for n in r.notes]
     return Group(*parts)
