@@ -6,6 +6,7 @@ import io
 import json
 import os
 import re
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,43 @@ def test_healthy_and_empty_runs() -> None:
     assert "<svg" not in empty
 
 
+def _step0_row() -> dict[str, Any]:
+    """The one history row of a run whose first step was already non-finite (as the torch
+    adapter records it)."""
+    return {"step": 0, "loss": "nan", "grad_norm": "inf", "param_norm": 1.9, "lr": 0.1,
+            "finite": False, "skipped": True, "event": "nonfinite",
+            "layer_grad_norms": {"fc.weight": "nan", "fc.bias": "nan"}}
+
+
+def test_a_failure_at_step_0_draws_no_empty_plots_and_says_why() -> None:
+    event = {**_doc()["events"][0], "step": 0}
+    step0 = _doc(status="nonfinite", steps=1, recoveries=[], events=[event], history=[_step0_row()])
+    html = render_report(step0)
+    assert "<svg" not in html and "id='plot-" not in html and "Marks:" not in html
+    assert ("No plots: the run stopped at step 0, before any healthy step was recorded."
+            in html)
+    # the data check can stop a run before its first step is recorded at all
+    assert "before any healthy step was recorded" in render_report({**step0, "history": []})
+    # one healthy step is a history: the plots stay, the non-finite step marked
+    healthy = {**_step0_row(), "loss": 2.0, "grad_norm": 1.0, "finite": True, "skipped": False,
+               "event": None, "layer_grad_norms": {"fc.weight": 0.5, "fc.bias": 0.1}}
+    two = render_report({**step0, "events": [{**event, "step": 1}],
+                         "history": [healthy, {**_step0_row(), "step": 1}]})
+    assert "No plots" not in two and "id='plot-loss'" in two and two.count("<svg") >= 3
+
+
+def test_a_report_without_plots_needs_no_matplotlib(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    step0 = _doc(status="nonfinite", recoveries=[], history=[_step0_row()])
+    write_report(step0, str(tmp_path / "step0.html"))
+    write_report(_doc(), str(tmp_path / "asked.html"), no_plots="No plots: not now.")
+    assert "<p id='no-plots'>No plots: not now.</p>" in (tmp_path / "asked.html").read_text()
+    assert "before any healthy step" in (tmp_path / "step0.html").read_text()
+    with pytest.raises(ImportError, match="nanguard\\[report\\]"):
+        write_report(_doc(), str(tmp_path / "plots.html"))
+
+
 def test_write_report_from_a_runlog_object_of_the_seed_demo(tmp_path: Path) -> None:
     import nanguard
     from nanguard.demos import seed_torch
@@ -179,7 +217,8 @@ def test_report_without_matplotlib_names_the_extra(tmp_path: Path, spawn: Spawn)
         import nanguard                           # still imports
         from nanguard.core.report_html import write_report
         try:
-            write_report({{"status": "ok", "history": []}}, {str(tmp_path / 'x.html')!r})
+            write_report({{"status": "ok", "history": [{{"step": 0, "loss": 1.0}}]}},
+                         {str(tmp_path / 'x.html')!r})
         except ImportError as exc:
             print("ERR", exc)
     """)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from .runlog import RunLog
 
-__all__ = ["render_report", "write_report"]
+__all__ = ["needs_plots", "render_report", "write_report"]
 
 #: per-layer gradient norms shown: the largest this many tensors
 TOP_LAYERS = 8
@@ -332,11 +332,38 @@ def _plot_svg(
     return svg[start:] if start >= 0 else svg
 
 
-def _plots(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
-    """``(id, title, caption, svg)`` for each plot the history allows."""
+def _healthy(row: Mapping[str, Any]) -> bool:
+    """Whether a history row is a point worth plotting: a step not marked non-finite with at
+    least one finite loss, gradient norm or learning rate."""
+    if row.get("finite") is False:
+        return False
+    return any((v := _num(row.get(k))) is not None and math.isfinite(v)
+               for k in ("loss", "grad_norm", "lr"))
+
+
+def _no_plots(doc: Mapping[str, Any]) -> str | None:
+    """Why the report has no plots — said in their place — or ``None`` when the history has a
+    healthy step to draw. A run that failed at its first step has only a non-finite row (or
+    none): its plots would be empty axes with a ✕."""
     hist = doc.get("history") or []
+    if any(_healthy(r) for r in hist):
+        return None
+    first_bad = _marks(doc).first_bad
+    if first_bad is not None and doc.get("status") == "nonfinite":
+        return (f"No plots: the run stopped at step {first_bad}, before any healthy step was "
+                "recorded.")
     if not hist:
-        return []
+        return "No steps were recorded."
+    if first_bad is not None:
+        return (f"No plots: none of the {len(hist)} recorded steps was healthy (the first "
+                f"non-finite value: step {first_bad}).")
+    return f"No plots: the {len(hist)} recorded steps hold no loss, gradient norm or learning rate."
+
+
+def _plots(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """``(id, title, caption, svg)`` for each plot the history allows (called only when
+    :func:`_no_plots` found a healthy step)."""
+    hist = doc.get("history") or []
     s = _series(hist)
     m = _marks(doc)
     out: list[tuple[str, str, str, str]] = []
@@ -625,12 +652,14 @@ def _doc(log: RunLog | Mapping[str, Any]) -> dict[str, Any]:
     return d
 
 
-def _plots_html(doc: Mapping[str, Any]) -> str:
-    """The plots section: a key to the marks, then one figure per series the history has."""
-    plots = _plots(doc)
+def _plots_html(doc: Mapping[str, Any], no_plots: str | None) -> str:
+    """The plots section: a key to the marks, then one figure per series the history has; or,
+    without a healthy step or with ``no_plots`` given, the sentence that says why not."""
+    why = no_plots or _no_plots(doc)
+    plots = [] if why else _plots(doc)
     if not plots:
-        return ("<section class='card' id='plots'><h2>Over the run</h2><p>No steps were "
-                "recorded.</p></section>")
+        return (f"<section class='card' id='plots'><h2>Over the run</h2><p id='no-plots'>"
+                f"{_e(why or 'No steps were recorded.')}</p></section>")
     m = _marks(doc)
     items = []
     if m.first_bad is not None:
@@ -654,9 +683,11 @@ def _plots_html(doc: Mapping[str, Any]) -> str:
             f"{''.join(figs)}</div></section>")
 
 
-def render_report(log: RunLog | Mapping[str, Any]) -> str:
+def render_report(log: RunLog | Mapping[str, Any], *, no_plots: str | None = None) -> str:
     """The report of ``log`` (a :class:`~nanguard.core.runlog.RunLog`, or the dict
-    :meth:`RunLog.read` returns) as one HTML document."""
+    :meth:`RunLog.read` returns) as one HTML document. ``no_plots``: the plots are not drawn and
+    this sentence stands in their place (``nanguard run`` interrupted: drawing them takes
+    seconds)."""
     doc = _doc(log)
     status = str(doc.get("status") or "ok")
     word, tone = _STATUS_WORDS.get(status, (status, "warn"))
@@ -696,7 +727,7 @@ def render_report(log: RunLog | Mapping[str, Any]) -> str:
                     "</section>")
 
     body.append(_warnings_html(doc.get("warnings") or []))
-    body.append(_plots_html(doc))
+    body.append(_plots_html(doc, no_plots))
     body.append(_recoveries_html(recs))
     body.append(_later_events_html(events))
     notes = doc.get("notes") or []
@@ -715,15 +746,25 @@ def render_report(log: RunLog | Mapping[str, Any]) -> str:
     )
 
 
-def write_report(log: RunLog | Mapping[str, Any], path: str) -> None:
+def needs_plots(log: RunLog | Mapping[str, Any]) -> bool:
+    """Whether the report of ``log`` has plots to draw (a healthy step in its history): drawing
+    them imports matplotlib and lays out five figures, seconds in all; without them the report
+    takes milliseconds. Asked by ``nanguard run`` when it is interrupted."""
+    return _no_plots(_doc(log)) is None
+
+
+def write_report(log: RunLog | Mapping[str, Any], path: str, *, no_plots: str | None = None) -> None:
     """Write the report of ``log`` to ``path`` atomically (called at the end of a run, or by
-    ``nanguard report``); the folder must exist. Needs matplotlib:
-    ``pip install 'nanguard[report]'``."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(
-            "nanguard's HTML report draws its plots with matplotlib: "
-            "pip install 'nanguard[report]' (or: pip install matplotlib)"
-        ) from exc
-    write_atomic(path, render_report(log), suffix=".html")
+    ``nanguard report``); the folder must exist. ``no_plots``: as for :func:`render_report`.
+    Drawing the plots needs matplotlib (``pip install 'nanguard[report]'``); a report without
+    them does not."""
+    doc = _doc(log)
+    if no_plots is None and _no_plots(doc) is None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as exc:
+            raise ImportError(
+                "nanguard's HTML report draws its plots with matplotlib: "
+                "pip install 'nanguard[report]' (or: pip install matplotlib)"
+            ) from exc
+    write_atomic(path, render_report(doc, no_plots=no_plots), suffix=".html")
