@@ -4,19 +4,25 @@
 
     guard = nanguard.attach(model, optimizer)
     tb = TensorBoardLogger("runs/exp1")
-    tb.watch(guard)              # after every step: loss, gradient norm, lr, update ratio, events
+    tb.watch(guard)              # at the end of each step: the scalars of the step two before
     ...
-    tb.close()                   # the findings and recoveries as text, then flush
+    guard.detach()               # the last step's weights are read here
+    tb.close()                   # the steps not written yet, then flush
 
-Scalars go under ``nanguard/`` (``nanguard/loss``, ``nanguard/grad_norm``,
-``nanguard/param_norm``, ``nanguard/lr``, ``nanguard/update_ratio``, ``nanguard/nonfinite``,
-``nanguard/skipped``), at the guard's step; findings and recoveries as text (TensorBoard's text
-plugin). The event file is written with the ``tensorboard`` package's own record writer and
-protocol buffers (:class:`EventFileWriter`), which need neither torch nor TensorFlow:
-``torch.utils.tensorboard.SummaryWriter`` goes through ``tensorboard.compat.tf``, which imports
-TensorFlow whenever it is installed (the seed demo under ``nanguard run --tensorboard``: 19–22 s
-and 812 MB peak RSS with it, 9.5–11 s and 326 MB with this writer). A non-finite loss is written
-as is: TensorBoard shows it as NaN/Inf at that step.
+Scalars go under ``nanguard/``, one point per step at the guard's step: ``loss``, ``grad_norm``,
+``lr``, ``nonfinite``, ``skipped`` at every step (``loss``/``lr`` when the guard saw them);
+``param_norm`` (the norm of the weights the step's update left) and ``update_ratio``
+(``|Δw|/|w|``) at the steps whose weights the guard read — on the CPU under policy ``raise`` not
+every step (``docs/report.md`` says which): nothing is written for a step without a value. A
+step's record is written :attr:`TensorBoardLogger.SETTLE` steps after it, when the guard has
+filled it in. With ``nanguard run``'s run log, :meth:`TensorBoardLogger.close` adds the findings
+and recoveries as text (TensorBoard's text plugin). The event file is written with the
+``tensorboard`` package's own record writer and protocol buffers (:class:`EventFileWriter`),
+which need neither torch nor TensorFlow: ``torch.utils.tensorboard.SummaryWriter`` goes through
+``tensorboard.compat.tf``, which imports TensorFlow whenever it is installed (the seed demo
+under ``nanguard run --tensorboard``: 19–22 s and 812 MB peak RSS with it, 9.5–11 s and 326 MB
+with this writer). A non-finite loss is written as is: TensorBoard shows it as NaN/Inf at that
+step.
 """
 
 from __future__ import annotations
@@ -25,7 +31,6 @@ import itertools
 import os
 import socket
 import time
-from collections import deque
 from typing import Any
 
 from ..core.history import StepRecord
@@ -91,20 +96,41 @@ class EventFileWriter:
 
 
 class TensorBoardLogger:
-    """Writes nanguard's history to a TensorBoard log directory."""
+    """Writes nanguard's history to a TensorBoard log directory: each step's scalars once the
+    guard has finished filling in its record (:attr:`SETTLE` steps later), the rest at the end."""
+
+    #: a step's record is written at the end of the step this many steps later: the guard fills
+    #: parts of a record in after its step ended. With policy ``raise`` the norm of the weights
+    #: an update left is read with the next step's check; on a GPU (the deferred watch) that
+    #: check is read one step later still, and with it the loss, the gradient norm and whether
+    #: the step was finite.
+    SETTLE = 2
+    #: until the first ``optimizer.step()`` the torch guard counts ``backward()`` calls as steps
+    #: (``nanguard run`` attaches before the optimizer exists) and withdraws them at it, to redo
+    #: them as one optimizer step: up to this many such records are held back, never written
+    PROVISIONAL = 64
 
     def __init__(self, logdir: str) -> None:
         self.logdir = logdir
         self.writer = EventFileWriter(logdir)
-        self._written = -1
-        self._ids: deque[int] = deque(maxlen=64)  # records written lately (a step may be redone)
+        self._last: StepRecord | None = None  # the record written last
+        self._history: Any = None  # the watched guard's history (flushed by close())
 
     def watch(self, guard: Any) -> None:
-        """Log ``guard.history`` after each of its steps (a ``guard.on_step_end`` callback)."""
-        guard.on_step_end.append(lambda: self.log_new(guard.history))
+        """Log ``guard.history`` at the end of each of its steps (a ``guard.on_step_end``
+        callback): the records :attr:`SETTLE` steps old; :meth:`close` writes the rest."""
+        self._history = guard.history
+        watched = getattr(guard, "watch", None)  # the torch guard's WatchSet
+
+        def after_step() -> None:
+            if getattr(watched, "primary", True) is None and len(guard.history) <= self.PROVISIONAL:
+                return  # no optimizer stepped yet: the records so far may be withdrawn
+            self.log_new(guard.history)
+
+        guard.on_step_end.append(after_step)
 
     def log_step(self, rec: StepRecord) -> None:
-        """One step's scalars (called once per step, after it was recorded)."""
+        """One step's scalars, each one the record has (nothing is made up for the others)."""
         w = self.writer
         s = rec.step
         for tag, v in (("loss", rec.loss), ("grad_norm", rec.grad_norm),
@@ -114,21 +140,28 @@ class TensorBoardLogger:
                 w.add_scalar(f"nanguard/{tag}", float(v), s)
         w.add_scalar("nanguard/nonfinite", 0.0 if rec.finite else 1.0, s)
         w.add_scalar("nanguard/skipped", 1.0 if rec.skipped else 0.0, s)
-        self._written = max(self._written, s)
-        self._ids.append(id(rec))
+        self._last = rec
 
-    def log_new(self, history: Any) -> None:
-        """Every record of ``history`` newer than the last one written."""
-        for rec in history.last(8):
-            if id(rec) not in self._ids and rec.step >= self._written:
-                self.log_step(rec)
+    def log_new(self, history: Any, settle: int | None = None) -> None:
+        """At the end of a step: the records of ``history`` not written yet, oldest first, but
+        the newest ``settle`` (default :attr:`SETTLE`), which the guard may still fill in."""
+        fresh = self._unwritten(history)
+        for rec in reversed(fresh[self.SETTLE if settle is None else settle:]):
+            self.log_step(rec)
+
+    def _unwritten(self, history: Any) -> list[StepRecord]:
+        """The records newer than the last one written, newest first: a walk back from the
+        newest that stops at it (all of them when it is not there: withdrawn, or none yet)."""
+        out = []
+        for rec in history.newest(len(history)):
+            if rec is self._last:
+                break
+            out.append(rec)
+        return out
 
     def log_run(self, log: Any) -> None:
         """At the end of a run: steps not written yet, then each finding and recovery as text."""
-        if log.history is not None:
-            for rec in log.history:
-                if rec.step > self._written:
-                    self.log_step(rec)
+        self.flush_steps(log.history)
         from ..core.render import format_finding
 
         for i, (f, d) in enumerate(log.events):
@@ -144,8 +177,19 @@ class TensorBoardLogger:
                                  int(w.get("step") or 0))
         self.writer.add_text("nanguard/status", str(log.status), log.steps)
 
+    def flush_steps(self, history: Any) -> None:
+        """After the last step (the guard detached, its last reads done): every record of
+        ``history`` not written yet, oldest first."""
+        if history is not None:
+            self.log_new(history, settle=0)
+
     def close(self, log: Any = None) -> None:
+        """After the run: the steps not written yet (from ``log.history``, else the watched
+        guard's), with a run log (``nanguard run``'s) its findings, recoveries, warnings and
+        status as text; then the file is flushed and closed."""
         if log is not None:
             self.log_run(log)
+        else:
+            self.flush_steps(self._history)
         self.writer.flush()
         self.writer.close()
