@@ -17,6 +17,9 @@ variable                       values       meaning
 ``NANGUARD_STRICT``            0, 1          an error inside nanguard (a replay, a trial, a look
                                              at the data) is raised instead of logged and
                                              reported as ours (the test suite sets it)
+``NANGUARD_FORWARD_CHECK``     0, 1          a script that runs many torch calls and no
+                                             backward() or optimizer step is checked op by op
+                                             from then on (default 1)
 =============================  ===========  ====================================================
 """
 
@@ -25,8 +28,8 @@ from __future__ import annotations
 import os
 
 __all__ = [
-    "ENV_POLICY", "POLICIES", "deferred_flags", "live", "policy_from_env", "strict", "verify",
-    "watch_deferred",
+    "ENV_POLICY", "POLICIES", "deferred_flags", "forward_check", "live", "policy_from_env", "strict",
+    "verify", "watch_deferred",
 ]
 
 #: the recovery policies, in order of intervention
@@ -80,6 +83,12 @@ def deferred_flags() -> bool:
     """``NANGUARD_DEFERRED=1``: the locator keeps its per-op flags on the device on the CPU too
     (how the tests exercise the CUDA path)."""
     return _flag("NANGUARD_DEFERRED")
+
+
+def forward_check() -> bool:
+    """``NANGUARD_FORWARD_CHECK`` (default on): a script that only runs forward computations
+    (no ``backward()``, no optimizer step) is checked op by op once it has run for a while."""
+    return _flag("NANGUARD_FORWARD_CHECK", default=True)
 
 
 def strict() -> bool:

@@ -32,6 +32,10 @@ def headline(f: Finding, first: bool = True) -> str:
     """``the first non-finite value was made in the forward pass at step 3``; a later event of
     the same run (``first=False``) reads ``a non-finite value was made ... at step 12``."""
     step = f" at step {f.step}" if f.step is not None else ""
+    if f.details.get("before_training"):
+        run = f.details.get("run")
+        step = (" before any training step (no backward() or optimizer step had run)"
+                + (f", in {run}" if run else ""))
     rank = f" on rank {f.rank}" if f.rank is not None else ""
     what = "the first non-finite value" if first else "a non-finite value"
     return f"{what} was made {_PHASE_WORDS.get(f.phase, f.phase)}{step}{rank}"
@@ -68,6 +72,8 @@ def _rows(f: Finding) -> list[tuple[str, str]]:
     note = f.details.get("note")
     if note:
         rows.append(("note", note))
+    if f.details.get("checked"):  # a forward-only program, checked op by op from a point on
+        rows.append(("checked", f.details["checked"]))
     return rows
 
 

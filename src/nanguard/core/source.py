@@ -11,7 +11,7 @@ import os
 import sys
 from types import CodeType, FrameType
 
-__all__ = ["SourceLocation", "skip_dir", "user_frame", "user_frames"]
+__all__ = ["SourceLocation", "skip_dir", "user_frame", "user_frames", "user_site"]
 
 _SKIP: list[str] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep]
 _SKIP_EXTRA = ("<frozen", "<string>")
@@ -98,6 +98,22 @@ def user_frame(depth: int = 1, stop: frozenset[CodeType] = frozenset()) -> Sourc
             known = _is_library(fn)
         if not known:
             return SourceLocation(fn, f.f_lineno)
+        f = f.f_back
+    return None
+
+
+def user_site(depth: int = 1) -> tuple[SourceLocation, int] | None:
+    """As :func:`user_frame`, with the frame's bytecode offset (``f_lasti``): two ops of one run
+    of a line have rising offsets, the next run of the line (a loop) starts lower again."""
+    f: FrameType | None = sys._getframe(depth)
+    lib = _LIBRARY
+    while f is not None:
+        fn = f.f_code.co_filename
+        known = lib.get(fn)
+        if known is None:
+            known = _is_library(fn)
+        if not known:
+            return SourceLocation(fn, f.f_lineno), f.f_lasti
         f = f.f_back
     return None
 

@@ -35,9 +35,10 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
-from ..core.source import SourceLocation, user_frame
+from ..core.source import SourceLocation, user_frame, user_site
 from ..core.step import StepOrderError
 from ._modules import ModuleStack, storage_key
+from ._script_calls import ScriptCalls
 
 if TYPE_CHECKING:
     from ..core.finding import Finding
@@ -226,9 +227,14 @@ class _Tape(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         rec = self.rec
-        if rec.paused or rec.modules.depth or rec.truncated or getattr(func, "namespace", None) == "profiler":
+        if rec.paused or rec.modules.depth or getattr(func, "namespace", None) == "profiler":
             # profiler ops: the ``record_function`` that ``optimizer.step()`` opens before its
             # hooks run (and so before the tape is paused) changes nothing a replay needs
+            return func(*args, **kwargs)
+        if rec.truncated or not rec.enabled:
+            calls = rec.calls
+            if calls is not None:  # before the first step: the lines are still counted
+                calls.op(user_site(2), torch.is_grad_enabled())
             return func(*args, **kwargs)
         return rec._tape_op(func, args, kwargs)
 
@@ -308,6 +314,8 @@ class StepRecorder:
         #: what the recorder learned of the step in progress (new for each step)
         self.facts = StepFacts()
         self.modules.quiet = False
+        #: until the first step ends: the script's torch calls per line (set by the session)
+        self.calls: ScriptCalls | None = None
 
     # --- the step's facts, as the guard reads them ------------------------------------------------
     @property
@@ -464,7 +472,14 @@ class StepRecorder:
             copies = {id(t): t.detach().clone() for t in external if not self._is_gradient(t)}
             if copies:
                 sargs, skw = _replace(sargs, copies), _replace(skw, copies)
-        ev = TapeOp(func, sargs, skw, torch.is_grad_enabled(), user_frame(3), rng)
+        grad = torch.is_grad_enabled()
+        if self.calls is None:
+            where = user_frame(3)
+        else:  # before the first step: the runs of each line are counted too
+            site = user_site(3)
+            where = site[0] if site is not None else None
+            self.calls.op(site, grad)
+        ev = TapeOp(func, sargs, skw, grad, where, rng)
         ev.prelude = prelude
         gen = kwargs.get("generator") if kwargs else None
         if gen is not None and isinstance(gen, torch.Generator):
@@ -498,9 +513,11 @@ class StepRecorder:
 
     def root_enter(self, mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.tape_off()
+        grad = torch.is_grad_enabled()
+        if self.calls is not None:
+            self.calls.root(grad)
         if self.paused or not self.enabled or self.facts.truncated or self.facts.lean:
             return
-        grad = torch.is_grad_enabled()
         if not grad:
             self.facts.nograd_calls += 1
             # not under inference_mode: it restores the whole dispatch-key set when it exits, so
@@ -508,6 +525,8 @@ class StepRecorder:
             # (torch's INTERNAL ASSERT at the next factory call); there every call stays balanced
             if self.facts.nograd_calls > 1 and not torch.is_inference_mode_enabled():
                 self.facts.disarmed = True  # many forwards without a graph: an RL rollout, an eval loop
+                if self.calls is not None:
+                    self.calls.complete = False  # the tape is off: lines run now go uncounted
                 self.modules.quiet = self.facts.stood_aside = True
                 self.facts.pending_root = None
                 if self.on_quiet is not None:
@@ -522,6 +541,8 @@ class StepRecorder:
             n = self.facts.grad_calls[id(mod)] = self.facts.grad_calls.get(id(mod), 0) + 1
             if n >= LEAN_AFTER:
                 self.facts.lean = self.facts.disarmed = self.facts.stood_aside = True  # a rollout with grad
+                if self.calls is not None:
+                    self.calls.complete = False
                 self.facts.pending_root = None
                 return
         self.facts.forward_started = True

@@ -15,10 +15,12 @@ import sys
 import warnings
 from typing import Any
 
+from ..core import config
 from ..core.diagnosis import diagnose
 from ..core.errors import NonFiniteError
 from ..core.script_end import ScriptEnd
 from ..core.session import GuardSession
+from ._script_calls import FORWARD_ONLY_AFTER, ScriptCalls, ordinal
 from .guard import _SESSION, Guard
 from .locator import LocateOptions, Locator
 from .replay import replay
@@ -39,6 +41,10 @@ class TorchSession(GuardSession):
         self._locator: Locator | None = None
         self._script_end: ScriptEnd | None = None
         self.notes: list[str] = []
+        #: until the first step ends: the script's torch calls per line (not under --trace)
+        self.calls: ScriptCalls | None = None
+        #: the op-by-op check started because no step came (a forward-only program)
+        self.forward_traced = False
 
     # --- lifecycle ---------------------------------------------------------------------------
     def install(self) -> None:
@@ -47,20 +53,64 @@ class TorchSession(GuardSession):
         warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
         self.guard.install()
         _SESSION.append(self.guard)  # a script's own attach() adopts this guard
+        self.guard.on_step_end.append(self._step_ended)
         if self.trace:
             # the tracer sees every op itself: the step recorder would only add cost
-            self.guard.recorder.resume_tape = False
             self.guard.recorder.tape_off()
-            self.guard.replayer.enabled = False
-            # the tracer names every module: global module hooks, not the guard's root calls
-            self.guard.modules.remove()
-            self.guard.modules.install()
+            self._start_tracing(pass_through=False)
+        elif config.forward_check():
+            self.calls = ScriptCalls(FORWARD_ONLY_AFTER, on_due=self._forward_only)
+            self.guard.recorder.calls = self.calls
+
+    def _start_tracing(self, pass_through: bool) -> None:
+        """Every op checked from now on: at install under ``--trace``, or (``_forward_only``)
+        inside the tape's dispatch of an op, when a script has run many torch calls and no step
+        (``pass_through``: the tape, pushed, cannot be popped there; it passes ops through and
+        counts their lines, and goes at the next model call or the step's end)."""
+        g = self.guard
+        g.recorder.resume_tape = False
+        if pass_through:
+            g.recorder.enabled = False
+        g.replayer.enabled = False
+        # the tracer names every module: global module hooks, not the guard's root calls
+        g.modules.remove()
+        g.modules.install()
+        if self._script_end is None:
             self._script_end = ScriptEnd(self._script_ended, sys.argv[0] if sys.argv else None)
-            loc = Locator(None, modules=self.guard.modules, on_open=self._unused_changed,
-                          options=LocateOptions(on_sink="raise", detected_by="trace"))
-            self._locator = loc
-            self.guard.on_step_end.append(self._step_ended)
-            loc.__enter__()
+        loc = Locator(None, modules=g.modules, on_open=self._unused_changed,
+                      options=LocateOptions(on_sink="raise", detected_by="trace"))
+        self._locator = loc
+        loc.__enter__()
+
+    def _stop_tracing(self) -> None:
+        """The first step of a script checked op by op as forward-only ended: training has
+        started, and the guard watches it as usual (called at the step's end, outside any op)."""
+        g = self.guard
+        g.recorder.tape_off()  # a tape pushed below the tracer's dispatch: off the stack first
+        if self._locator is not None:
+            self._locator.close()
+            self._locator = None
+        if self._script_end is not None:
+            self._script_end.disarm()
+        g.modules.remove()
+        g.modules.install(roots_only=True)
+        g.replayer.enabled = g.recorder.enabled = g.recorder.resume_tape = True
+        g.recorder.tape_on()
+        self.forward_traced = False
+
+    def _forward_only(self) -> None:
+        """:data:`FORWARD_ONLY_AFTER` torch calls and no ``backward()`` or optimizer step: a
+        program that only computes forward (a numerical loop, an inference script) is checked
+        op by op from here on, until a training step ends. Said once on stderr."""
+        g = self.guard
+        if g.step or g.backward_calls or self.trace or self._locator is not None:
+            return
+        why = self.calls.why() if self.calls is not None else "many torch calls"
+        print(f"nanguard: {why} and no backward() or optimizer step yet: checking every op from "
+              "here on, as --trace does, until a training step runs (NANGUARD_FORWARD_CHECK=0 "
+              "turns this off)", file=sys.stderr)
+        self.forward_traced = True
+        self._start_tracing(pass_through=True)
 
     def uninstall(self) -> None:
         notes = self.uninstall_notes()
@@ -70,14 +120,21 @@ class TorchSession(GuardSession):
                 print(f"nanguard: {note}", file=sys.stderr)
         if self._script_end is not None:
             self._script_end.disarm()
+        self.guard.recorder.tape_off()  # above the tracer when a forward-only check pushed it
         if self._locator is not None:
             self._locator.close()
             self._locator = None
         self.guard.detach(force=True)
 
     def _step_ended(self) -> None:
+        """After each step's record: the tracer reports what the step left unused; after the
+        first, the script's calls are no longer counted, and a forward-only check ends."""
         if self._locator is not None:
             self._locator.end_step(self.guard.step)
+        if self.calls is not None:
+            self.calls = self.guard.recorder.calls = None
+        if self.forward_traced:
+            self._stop_tracing()
 
     def _unused_changed(self, unused: bool) -> None:
         """The tracer holds values made non-finite from finite inputs that no op used (yet):
@@ -108,6 +165,10 @@ class TorchSession(GuardSession):
             return []  # a Keras run with torch imported beside it: the Keras session speaks
         if self.trace:
             return ["no optimizer step and no backward() ran; --trace checked every op"]
+        if self.forward_traced and self.calls is not None and self.calls.checked_from is not None:
+            ops = self.calls.checked_from[2]
+            return [f"no optimizer step and no backward() ran; every op from the {ordinal(ops)} "
+                    "torch call on was checked (nanguard run --trace checks them all)"]
         return ["no optimizer step and no backward() ran: nothing was watched; "
                 "--trace checks every op (nanguard run --trace ...)"]
 
@@ -118,6 +179,22 @@ class TorchSession(GuardSession):
         return ["--trace: values an op made non-finite from finite inputs were still unused when "
                 "the script stopped, not judged (it ended with an error of its own, or under a "
                 "debugger or coverage tracer)"]
+
+    def complete(self, err: NonFiniteError) -> NonFiniteError:
+        """As every session; a value made before any training step is named by the run of its
+        line (``the 344th run of line 7``), not "step 0"."""
+        g, f = self.guard, err.finding
+        if g.step == 0 and not g.backward_calls and f.framework == "torch":
+            f.details.setdefault("before_training", True)
+            calls = self.calls
+            if calls is not None:
+                run = calls.describe(f.source)
+                if run:
+                    f.details.setdefault("run", run)
+                unchecked = calls.unchecked_before()
+                if unchecked:
+                    f.details.setdefault("checked", unchecked)
+        return super().complete(err)
 
     def explain_crash(self, exc: BaseException) -> NonFiniteError | None:
         """The script raised something else: did a non-finite value cause it?

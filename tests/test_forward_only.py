@@ -1,0 +1,171 @@
+"""A program that never trains (no ``backward()``, no optimizer step) is checked op by op once it
+has run a while, under plain ``nanguard run``; its finding names the run of its line, not
+"step 0"; a training script whose data is built in a loop goes back to the usual watch at the end
+of its first step."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import torch
+
+from _spawn import Spawn
+from nanguard.core.finding import Finding
+from nanguard.core.render import headline
+from nanguard.core.source import SourceLocation
+from nanguard.torch._script_calls import LOOP_RUNS, ScriptCalls, ordinal
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+# the probability shrinks ×0.3 each iteration and underflows to 0: log(0) = -inf at line 7
+ENTROPY = """
+    import torch
+
+    p = torch.full((4,), 0.5)
+    total = 0.0
+    for it in range(500):
+        p = p * 0.3
+        ent = -(p * torch.log(p)).sum()
+        total += float(ent)
+    print("total", total)
+"""
+
+# a dataset built sample by sample with grad on (line 5 runs 120 times), then training; the
+# batch of step 5 holds a NaN
+PREP_THEN_TRAIN = """
+    import torch, torch.nn as nn
+    torch.manual_seed(0)
+    rows = []
+    for i in range(120):
+        x = torch.randn(4)
+        rows.append((x - x.mean()) / (x.std() + 1e-6))
+    X = torch.stack(rows)
+    y = X.sum(1, keepdim=True)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(8):
+        xb = X[step * 8:(step + 1) * 8].clone()
+        if step == BAD:
+            xb[2, 1] = float("nan")
+        loss = ((model(xb) - y[step * 8:(step + 1) * 8]) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        print(step, round(loss.item(), 4))
+"""
+
+
+def _first_zero_iteration() -> int:
+    """The iteration of ENTROPY whose ``p`` is first exactly 0 (float32 underflow)."""
+    p = torch.full((4,), 0.5)
+    for it in range(500):
+        p = p * 0.3
+        if bool((p == 0).all()):
+            return it
+    raise AssertionError("p never underflows")
+
+
+def _run(spawn: Spawn, tmp_path: Path, body: str, env: dict[str, str] | None = None,
+         *flags: str) -> tuple[object, dict]:  # type: ignore[type-arg]
+    (tmp_path / "train.py").write_text(textwrap.dedent(body).lstrip("\n"))
+    r = spawn.nanguard("run", *flags, "--json", "log.json", "train.py", cwd=tmp_path,
+                       timeout=180, env=env or ENV)
+    return r, json.loads((tmp_path / "log.json").read_text())
+
+
+# --- the counts ----------------------------------------------------------------------------------
+
+
+def test_the_ops_of_one_run_of_a_line_count_once_and_a_loop_comes_round() -> None:
+    calls = ScriptCalls(after=10_000)
+    at = SourceLocation("train.py", 7)
+    for _ in range(5):  # a line with three ops, run five times: offsets rise within a run
+        for offset in (10, 20, 30):
+            calls.op((at, offset), grad=True)
+    assert calls.lines[("train.py", 7)] == 5 and calls.ops == 15
+    one = SourceLocation("train.py", 9)
+    for _ in range(4):  # a one-op line run four times in a row: every op is a new run
+        calls.op((one, 12), grad=True)
+    assert calls.lines[("train.py", 9)] == 4
+    assert calls.describe("train.py:7") == "the 5th run of line 7"
+    assert calls.describe("train.py:8") is None  # never seen outside a module
+    calls.complete = False  # the tape went off for a while: a count could be short
+    assert calls.describe("train.py:7") is None
+
+
+def test_a_loop_without_a_step_is_due_once_at_its_run_and_only_with_grad() -> None:
+    due: list[int] = []
+    calls = ScriptCalls(after=10_000, on_due=lambda: due.append(calls.ops))
+    at = SourceLocation("train.py", 3)
+    for _ in range(LOOP_RUNS + 5):
+        calls.op((at, 4), grad=False)  # under no_grad: counted, never due
+    assert due == [] and calls.lines[("train.py", 3)] == LOOP_RUNS + 5
+    fresh = ScriptCalls(after=10_000, on_due=lambda: due.append(fresh.ops))
+    for _ in range(LOOP_RUNS + 5):
+        fresh.op((at, 4), grad=True)
+    assert due == [LOOP_RUNS]  # once, at the run that reached the count
+    assert fresh.why() == f"line 3 of train.py ran {LOOP_RUNS} times"
+    assert fresh.unchecked_before() is not None and f"the {LOOP_RUNS}th run of line 3" in str(
+        fresh.unchecked_before())
+    many = ScriptCalls(after=3, on_due=lambda: due.append(-1))
+    for line in range(5):  # three different lines: the total count
+        many.op((SourceLocation("train.py", line), 0), grad=True)
+    many.root(grad=True)
+    assert due[-1] == -1 and many.why() == "3 torch calls"
+
+
+def test_ordinals() -> None:
+    assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 86, 101, 111, 1344)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "86th", "101st",
+        "111th", "1,344th"]
+
+
+def test_a_finding_before_any_step_is_not_called_step_0() -> None:
+    f = Finding(op="aten.log.default", phase="forward", step=0)
+    assert headline(f) == "the first non-finite value was made in the forward pass at step 0"
+    f.details.update(before_training=True, run="the 86th run of line 7")
+    assert headline(f) == ("the first non-finite value was made in the forward pass before any "
+                           "training step (no backward() or optimizer step had run), in the 86th "
+                           "run of line 7")
+
+
+# --- under nanguard run --------------------------------------------------------------------------
+
+
+def test_a_forward_only_loop_is_found_at_its_op_line_and_iteration(tmp_path: Path,
+                                                                     spawn: Spawn) -> None:
+    r, log = _run(spawn, tmp_path, ENTROPY)
+    assert r.returncode == 3, r.stderr  # type: ignore[attr-defined]
+    (event,) = log["events"]
+    run = _first_zero_iteration() + 1
+    assert (event["op"], event["phase"], event["source"]) == (
+        "aten.log.default", "forward", "train.py:7")
+    assert event["cause"] == "unsafe-op"
+    assert event["details"]["run"] == f"the {ordinal(run)} run of line 7"
+    err = r.stderr  # type: ignore[attr-defined]
+    assert err.count("checking every op from here on") == 1 and "NANGUARD_FORWARD_CHECK=0" in err
+    assert f"before any training step (no backward() or optimizer step had run), in the " \
+           f"{ordinal(run)} run of line 7" in err
+    r, log = _run(spawn, tmp_path, ENTROPY, {**ENV, "NANGUARD_FORWARD_CHECK": "0"})
+    assert r.returncode == 0 and log["events"] == []  # type: ignore[attr-defined]
+    assert "nothing was watched" in log["notes"][0]
+
+
+def test_a_dataset_built_in_a_loop_goes_back_to_the_watch_when_training_starts(
+        tmp_path: Path, spawn: Spawn) -> None:
+    healthy = textwrap.dedent(PREP_THEN_TRAIN).lstrip("\n").replace("BAD", "-1")
+    (tmp_path / "plain.py").write_text(healthy)
+    plain = spawn.python("plain.py", cwd=tmp_path, timeout=180, env=ENV)
+    r, log = _run(spawn, tmp_path, healthy)
+    assert r.returncode == 0 and r.stdout == plain.stdout  # type: ignore[attr-defined]
+    assert log["steps"] == 8 and log["events"] == []
+    r, log = _run(spawn, tmp_path, PREP_THEN_TRAIN.replace("BAD", "5"))
+    assert r.returncode == 3  # type: ignore[attr-defined]
+    (event,) = log["events"]
+    # found by the step's watch and its replay (the op-by-op check ended with step 0)
+    assert (event["step"], event["phase"], event["detected_by"]) == (5, "data", "replay")
+    assert event["cause"] == "nonfinite-input"
+    assert "before_training" not in event["details"]
