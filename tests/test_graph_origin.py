@@ -58,3 +58,49 @@ def test_the_earliest_of_two_origins_is_taken() -> None:
 def test_a_finite_graph_shows_nothing() -> None:
     w = _w()
     assert graph_origin([(torch.log(w.abs() + 1) * 3).sum()], step=0) is None
+
+
+SCRIPT = '''\
+import torch
+from nanguard.torch._graph_origin import graph_origin
+
+def update(w, rewards):
+    R, returns = 0.0, []
+    for r in reversed(rewards):
+        R = r + 0.99 * R
+        returns.insert(0, R)
+    returns = torch.tensor(returns)
+    returns = (returns - returns.mean()) / (returns.std() + 1e-8)
+    loss = -(w[:3] * returns).sum()
+    return graph_origin([loss], step=6)
+'''
+
+
+def test_a_tensor_built_from_python_numbers_is_named_by_its_variable_and_lines(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Returns that overflowed as Python floats (1e308 + 0.99 * 1e308 = inf) became a tensor at
+    line 9 and NaN at line 10: the finding names the script's variable and both lines, read
+    from the source when the finding is made."""
+    path = tmp_path / "rl.py"
+    path.write_text(SCRIPT)
+    ns: dict[str, object] = {}
+    exec(compile(SCRIPT, str(path), "exec"), ns)
+    f = ns["update"](_w(), [1e308, 1e308, 1e308])  # type: ignore[operator]
+    assert f is not None and (f.phase, f.op, f.detected_by) == ("data", "input", "graph")
+    assert f.source is not None and f.source.endswith("rl.py:10")
+    assert f.source_code == "returns = (returns - returns.mean()) / (returns.std() + 1e-8)"
+    assert f.details["script_variable"] == "returns"
+    assert f.details["note"].startswith("the script's `returns` holds it, last assigned at line 10 "
+                                        "← line 9 (read from the source")
+    assert "line 9 made it from Python numbers or an array (`returns = torch.tensor(returns)`)" \
+        in f.details["note"]
+
+
+def test_the_assignment_chain_stays_in_its_function(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from nanguard.core.source import assignment_chain
+
+    path = tmp_path / "s.py"
+    path.write_text("x = 1\ndef f():\n    x = 2\n    x += 1\n    y = x\n    return y\nx = x * 3\nz = x\n")
+    assert assignment_chain(str(path), 5, "x") == [(4, "x += 1"), (3, "x = 2")]
+    assert assignment_chain(str(path), 8, "x") == [(7, "x = x * 3"), (1, "x = 1")]
+    assert assignment_chain(str(path), 8, "nope") == []
+    assert assignment_chain(str(tmp_path / "missing.py"), 3, "x") == []

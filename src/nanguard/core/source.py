@@ -6,12 +6,13 @@ inside a framework or nanguard itself. Adapters register the folders to skip.
 
 from __future__ import annotations
 
+import ast
 import linecache
 import os
 import sys
 from types import CodeType, FrameType
 
-__all__ = ["SourceLocation", "skip_dir", "user_frame", "user_frames", "user_site"]
+__all__ = ["SourceLocation", "assignment_chain", "skip_dir", "user_frame", "user_frames", "user_site"]
 
 _SKIP: list[str] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep]
 _SKIP_EXTRA = ("<frozen", "<string>")
@@ -127,3 +128,57 @@ def user_frames(depth: int = 1) -> list[FrameType]:
             out.append(f)
         f = f.f_back
     return out
+
+
+def _scope(tree: ast.AST, line: int) -> ast.AST:
+    """The innermost function (or the module) whose lines hold ``line``."""
+    best: ast.AST = tree
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            end = getattr(node, "end_lineno", None) or node.lineno
+            if node.lineno <= line <= end and node.lineno >= getattr(best, "lineno", 0):
+                best = node
+    return best
+
+
+def _assigns(scope: ast.AST, name: str) -> list[ast.stmt]:
+    """The statements of ``scope`` (not of functions nested in it) that bind ``name``."""
+    out: list[ast.stmt] = []
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
+                out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def assignment_chain(filename: str, line: int, name: str, limit: int = 4) -> list[tuple[int, str]]:
+    """Where the local ``name`` got its value before ``line`` (a running frame's line): the last
+    statement of the same function that bound it above ``line``, then, while that statement
+    reads ``name`` itself (``x = (x - x.mean()) / x.std()``), the one before it. ``(line,
+    code)``, latest first; empty when the source cannot be read. Read from the file's text only
+    when a finding needs it (no cost while the script runs)."""
+    text = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(text) if text else None
+    except SyntaxError:
+        tree = None
+    if tree is None:
+        return []
+    stmts = sorted((s for s in _assigns(_scope(tree, line), name) if s.lineno < line),
+                   key=lambda s: s.lineno)
+    chain: list[tuple[int, str]] = []
+    while stmts and len(chain) < limit:
+        st = stmts.pop()
+        chain.append((st.lineno, linecache.getline(filename, st.lineno).strip()))
+        value = st.value if isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign)) else None
+        reads = value is not None and any(isinstance(n, ast.Name) and n.id == name
+                                          for n in ast.walk(value))
+        if not reads and not isinstance(st, ast.AugAssign):
+            break
+    return chain

@@ -26,6 +26,7 @@ import torch
 
 from ..core.finding import Finding
 from ..core.ops import forward_op_of_grad_fn, op_traits
+from ..core.source import SourceLocation, assignment_chain, user_frames
 from ._stats import checkable, finding_for, is_finite, tensor_stats
 
 __all__ = ["graph_origin"]
@@ -137,8 +138,41 @@ def _from_outside(saved: list[tuple[str, torch.Tensor]], consumer: str, step: in
             # whole of it is what the script made, and what it can look at
             whole = t._base if isinstance(t._base, torch.Tensor) and checkable(t._base) else t
             part = " (a view of it)" if whole is not t else ""
-            return finding_for(
+            f = finding_for(
                 whole, "data", "input", step=step, reached="loss", detected_by="graph",
                 details={"origin": "unrecorded", "note": _NOTE, "module_unknown": True,
                          "input_name": f"a tensor built without grad, the `{n}` of {consumer}{part}"})
+            _name_in_script(f, whole)
+            return f
     return None
+
+
+_FROM_DATA = ("tensor(", "as_tensor(", "from_numpy(", "Tensor(", "FloatTensor(")
+
+
+def _name_in_script(f: Finding, t: torch.Tensor) -> None:
+    """The script's own variable that holds ``t`` (a local of a frame running the backward) and
+    the lines that last assigned it, read from the source: the line where a tensor built from
+    Python numbers (``torch.tensor(returns)``) entered the step, at no cost to healthy steps."""
+    key = (t.untyped_storage().data_ptr(), tuple(t.shape))
+    for frame in user_frames(3):
+        name = next((k for k, v in frame.f_locals.items() if isinstance(v, torch.Tensor)
+                     and (v.untyped_storage().data_ptr(), tuple(v.shape)) == key), None)
+        if name is None:
+            continue
+        code = frame.f_code.co_filename
+        chain = assignment_chain(code, frame.f_lineno, name)
+        if not chain:
+            return
+        line, text = chain[0]
+        f.source, f.source_code = SourceLocation(code, line).short, text
+        made = next(((ln, c) for ln, c in chain if any(m in c for m in _FROM_DATA)), None)
+        if made is not None:
+            chain = chain[:chain.index(made) + 1]  # before it, the name held Python data
+        steps = " ← ".join(f"line {ln}" for ln, _ in chain)
+        why = (f"; line {made[0]} made it from Python numbers or an array (`{made[1]}`): look at "
+               "those values" if made is not None else "")
+        f.details["note"] = (f"the script's `{name}` holds it, last assigned at {steps} (read from "
+                             f"the source; this step's ops were not recorded){why}")
+        f.details["script_variable"] = name
+        return
