@@ -107,9 +107,10 @@ def test_a_loop_without_a_step_is_due_once_at_its_run_and_only_with_grad() -> No
     for _ in range(LOOP_RUNS + 5):
         fresh.op((at, 4), grad=True)
     assert due == [LOOP_RUNS]  # once, at the run that reached the count
-    assert fresh.why() == f"line 3 of train.py ran {LOOP_RUNS} times"
-    assert fresh.unchecked_before() is not None and f"the {LOOP_RUNS}th run of line 3" in str(
-        fresh.unchecked_before())
+    assert fresh.why() == f"train.py:3 ran {LOOP_RUNS} times"
+    assert fresh.unchecked_before() == (f"every op from the {LOOP_RUNS}th torch call on (the "
+                                        f"{LOOP_RUNS}th run of line 3); the ones before were not "
+                                        "checked: nanguard run --trace checks them all")
     many = ScriptCalls(after=3, on_due=lambda: due.append(-1))
     for line in range(5):  # three different lines: the total count
         many.op((SourceLocation("train.py", line), 0), grad=True)
@@ -147,6 +148,8 @@ def test_a_forward_only_loop_is_found_at_its_op_line_and_iteration(tmp_path: Pat
     assert event["details"]["run"] == f"the {ordinal(run)} run of line 7"
     err = r.stderr  # type: ignore[attr-defined]
     assert err.count("checking every op from here on") == 1 and "NANGUARD_FORWARD_CHECK=0" in err
+    assert f"train.py:6 ran {LOOP_RUNS} times and no backward() or optimizer step yet" in err
+    assert event["details"]["checked"].startswith("every op from the ")
     assert f"before any training step (no backward() or optimizer step had run), in the " \
            f"{ordinal(run)} run of line 7" in err
     r, log = _run(spawn, tmp_path, ENTROPY, {**ENV, "NANGUARD_FORWARD_CHECK": "0"})

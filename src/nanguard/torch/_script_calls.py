@@ -102,7 +102,7 @@ class ScriptCalls:
         ``1,000 torch calls``."""
         where, runs, ops = self.checked_from or (None, 0, self.ops)
         if where is not None and runs >= LOOP_RUNS:
-            return f"line {where[1]} of {where[0]} ran {runs} times"
+            return f"{SourceLocation(where[0], where[1]).short} ran {runs} times"
         return f"{ops:,} torch calls"
 
     def unchecked_before(self) -> str | None:
@@ -111,6 +111,6 @@ class ScriptCalls:
         if self.checked_from is None:
             return None
         where, runs, ops = self.checked_from
-        at = f", the {ordinal(runs)} run of line {where[1]}" if where is not None and runs else ""
-        return (f"every op from the {ordinal(ops)} torch call on{at}; before it only the steps "
-                "(there were none): nanguard run --trace checks every op from the start")
+        at = f" (the {ordinal(runs)} run of line {where[1]})" if where is not None and runs else ""
+        return (f"every op from the {ordinal(ops)} torch call on{at}; the ones before were not "
+                "checked: nanguard run --trace checks them all")
