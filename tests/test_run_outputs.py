@@ -10,8 +10,13 @@ import subprocess
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from _spawn import HANG_S, Spawn
+from nanguard._run_outputs import write_outputs
+from nanguard.core.runlog import RunLog
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,9 +92,9 @@ SECOND_CTRL_C = """
 import os, signal
 import nanguard.core.report_html as report_html
 draw = report_html.write_report
-def pressed_again(log, path):  # Ctrl-C again while the report is being drawn
+def pressed_again(log, path, **kw):  # Ctrl-C again while the report is being drawn
     os.kill(os.getpid(), signal.SIGINT)
-    return draw(log, path)
+    return draw(log, path, **kw)
 report_html.write_report = pressed_again
 raise KeyboardInterrupt  # the first Ctrl-C
 """
@@ -120,6 +125,124 @@ def test_sigterm_exits_143_and_writes_the_run_log(tmp_path: Path, spawn: Spawn) 
     assert p.returncode == 143, err[-3000:]  # 128 + SIGTERM, what schedulers expect (Ctrl-C: 130)
     assert "terminated (SIGTERM)" in err
     assert json.loads((tmp_path / "log.json").read_text())["status"] == "interrupted"
+
+
+#: trains until it is stopped; "ready" once the history has healthy steps to plot
+FOREVER = """
+    import torch, torch.nn as nn, torch.nn.functional as F
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    step = 0
+    while True:
+        opt.zero_grad(); F.mse_loss(model(x), y).backward(); opt.step()
+        step += 1
+        if step == 20:
+            print("ready", flush=True)
+"""
+
+#: says on stderr, as the process ends, whether matplotlib was ever imported
+MPL_AT_EXIT = """
+import atexit, sys
+atexit.register(lambda: print("matplotlib imported:", "matplotlib" in sys.modules, file=sys.stderr))
+"""
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _interrupt(spawn: Spawn, tmp_path: Path, sig: int, *args: str) -> tuple[int, str]:
+    """``nanguard run ARGS train.py`` on :data:`FOREVER`, sent ``sig`` once it has trained."""
+    _write(tmp_path, FOREVER)
+    code = MPL_AT_EXIT + f"from nanguard.cli import main\nsys.exit(main(['run', *{list(args)!r}, 'train.py']))"
+    # a shell without job control starts background jobs with SIGINT ignored, and a child
+    # inherits that; give the child the default a terminal's Ctrl-C would meet
+    p = spawn.popen("-c", code, cwd=tmp_path, env=ENV, preexec_fn=_default_sigint)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=HANG_S)  # reading both pipes: a full one would block the child
+    return p.returncode, err
+
+
+def test_ctrl_c_writes_the_run_log_and_a_report_without_plots(
+        tmp_path: Path, spawn: Spawn) -> None:
+    rc, err = _interrupt(spawn, tmp_path, signal.SIGINT, "--json", "run.json", "--report", "r.html")
+    assert rc == 130, err[-3000:]
+    log = json.loads((tmp_path / "run.json").read_text())
+    assert log["status"] == "interrupted" and log["history"] and log["history"][0]["finite"]
+    said = ("nanguard run: the report r.html has no plots: the run was interrupted, and drawing "
+            "them takes seconds; draw them from the run log: nanguard report run.json -o r.html")
+    assert said in err and "Traceback" not in err
+    assert "matplotlib imported: False" in err  # the plots were not drawn, not even begun
+    html = (tmp_path / "r.html").read_text()
+    assert "<svg" not in html and ">interrupted<" in html
+    assert "nanguard report run.json -o r.html" in html  # the page says how to get its plots
+    assert not (tmp_path / "r.json").exists()  # --json was given: no second run log
+
+
+def test_sigterm_with_only_a_report_keeps_the_run_log_beside_it(
+        tmp_path: Path, spawn: Spawn) -> None:
+    rc, err = _interrupt(spawn, tmp_path, signal.SIGTERM, "--report", "r.html")
+    assert rc == 143, err[-3000:]
+    assert "terminated (SIGTERM)" in err and "matplotlib imported: False" in err
+    assert ("draw them from the run log written beside it: nanguard report r.json -o r.html"
+            in err)
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "interrupted"
+    assert "<svg" not in (tmp_path / "r.html").read_text()
+
+
+def _trained_log() -> RunLog:
+    from nanguard.core.history import History, StepRecord
+
+    hist = History()
+    for i in range(5):
+        hist.append(StepRecord(step=i, loss=1.0 / (i + 1), grad_norm=0.5, param_norm=3.0, lr=0.1))
+    return RunLog(status="interrupted", steps=5, script="train.py", history=hist, exit_code=130)
+
+
+def test_interrupted_the_run_log_comes_first_and_the_plots_are_left_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nanguard.core.report_html as report_html
+
+    runlog, report = str(tmp_path / "run.json"), str(tmp_path / "r.html")
+    seen: list[str] = []
+
+    def hurry() -> bool:  # asked after the run log is written, before the report
+        seen.append(f"hurry asked, run log written: {os.path.exists(runlog)}")
+        return True
+
+    def no_drawing(log: Any, path: str, **kw: Any) -> None:
+        seen.append(f"report: {kw.get('no_plots')}")
+
+    monkeypatch.setattr(report_html, "write_report", no_drawing)
+    written = write_outputs(_trained_log(), runlog, report, hurry=hurry)
+    how = f"nanguard report {runlog} -o {report}"
+    assert seen == ["hurry asked, run log written: True",
+                    "report: No plots: the run was interrupted, and drawing them takes seconds; "
+                    f"draw them from the run log: {how}"]
+    assert written.failures == [] and written.notes == [
+        f"the report {report} has no plots: the run was interrupted, and drawing them takes "
+        f"seconds; draw them from the run log: {how}"]
+    seen.clear()  # not interrupted: the report is drawn whole
+    assert write_outputs(_trained_log(), runlog, report, hurry=lambda: False).notes == []
+    assert seen == ["report: None"]
+
+
+def test_interrupted_without_json_the_run_log_goes_beside_the_report(tmp_path: Path) -> None:
+    report = str(tmp_path / "r.html")
+    written = write_outputs(_trained_log(), None, report, hurry=lambda: True)
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "interrupted"
+    assert written.notes[0].endswith(
+        f"draw them from the run log written beside it: nanguard report {tmp_path / 'r.json'} "
+        f"-o {report}")
+    assert "<svg" not in (tmp_path / "r.html").read_text()
+    (tmp_path / "r.json").write_text("my own notes\n")  # a file of the user's: never replaced
+    written = write_outputs(_trained_log(), None, report, hurry=lambda: True)
+    assert (tmp_path / "r.json").read_text() == "my own notes\n"
+    assert "is not a nanguard run log: it is kept" in written.notes[0]
+    assert "no run log was kept to draw them from" in written.notes[1]
+    assert written.failures == []
 
 
 def test_the_run_log_has_the_reports_permissions(tmp_path: Path, spawn: Spawn) -> None:

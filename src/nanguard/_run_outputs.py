@@ -6,20 +6,29 @@ it at once (exit 2, the script never started), not be found at the end. A missin
 created then, and said so (``--json runs/exp1/log.json``). At the end each
 output is written on its own — a full disk for the run log does not cost the report — and a
 failure is one line that leaves the run's exit status as it was (0 becomes 2).
+
+The run log is written first. After Ctrl-C or SIGTERM the report is written without its plots:
+drawing them (matplotlib's import, five figures laid out) takes seconds that a user who pressed
+Ctrl-C, or a scheduler about to kill the job, does not give; one line says how to draw them
+from the run log, which is written beside the report when ``--json`` was not given.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import shlex
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .core.outfile import check_writable
 
-__all__ = ["OutputShield", "check_outputs", "write_outputs"]
+__all__ = ["OutputShield", "Written", "check_outputs", "write_outputs"]
 
 _REPORT_NEEDS = "--report needs matplotlib to draw its plots: pip install 'nanguard[report]' " \
     "(or: pip install matplotlib), or run without --report"
@@ -61,22 +70,83 @@ def _installed(name: str) -> bool:
         return False
 
 
-def write_outputs(log: Any, json_path: str | None, report_path: str | None) -> list[str]:
-    """Write the run log and the report, each on its own; returns one line per failure."""
-    failures = []
+@dataclass
+class Written:
+    """What :func:`write_outputs` has to say: ``failures`` (a 0 exit status becomes 2) and
+    ``notes`` (the status stays), one line each."""
+
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def write_outputs(log: Any, json_path: str | None, report_path: str | None, *,
+                  hurry: Callable[[], bool] | None = None) -> Written:
+    """Write the run log, then the report, each on its own; called once, when the run ends.
+    ``hurry`` is asked once the run log is written: when it says yes (the run was interrupted)
+    a report that has plots to draw is written without them, and a note says how to draw them."""
+    out = Written()
+    runlog = json_path
     if json_path:
         try:
             log.write(json_path)
         except Exception as exc:
-            failures.append(f"could not write the run log to {json_path}: {_why(exc)}")
-    if report_path:
-        try:
-            from .core.report_html import write_report
+            out.failures.append(f"could not write the run log to {json_path}: {_why(exc)}")
+            runlog = None
+    if not report_path:
+        return out
+    try:
+        from .core.report_html import needs_plots, write_report
 
-            write_report(log, report_path)
-        except Exception as exc:  # a full disk, or a plot matplotlib could not draw
-            failures.append(f"could not write the report to {report_path}: {_why(exc)}")
-    return failures
+        no_plots = None
+        if hurry is not None and hurry() and needs_plots(log):
+            no_plots = _plots_left_out(log, runlog, report_path, out)
+        write_report(log, report_path, no_plots=no_plots)
+    except Exception as exc:  # a full disk, or a plot matplotlib could not draw
+        out.failures.append(f"could not write the report to {report_path}: {_why(exc)}")
+    return out
+
+
+def _plots_left_out(log: Any, runlog: str | None, report_path: str, out: Written) -> str:
+    """The plots of an interrupted run's report are left out: the note on stderr (into ``out``)
+    and the sentence that stands in their place in the report. Without ``--json`` the run log
+    is written beside the report, for ``nanguard report`` to draw them later."""
+    where = "the run log"
+    if runlog is None:
+        runlog = _spare_runlog(log, report_path, out)
+        where = "the run log written beside it"
+    later = (f"draw them from {where}: nanguard report {shlex.quote(runlog)} -o "
+             f"{shlex.quote(report_path)}" if runlog else
+             "no run log was kept to draw them from (nanguard run --json PATH keeps one)")
+    out.notes.append(f"the report {report_path} has no plots: the run was interrupted, and "
+                     f"drawing them takes seconds; {later}")
+    return f"No plots: the run was interrupted, and drawing them takes seconds; {later}"
+
+
+def _spare_runlog(log: Any, report_path: str, out: Written) -> str | None:
+    """Write the run log beside the report (``report.html`` → ``report.json``) when no
+    ``--json`` was given; a file there that is not a nanguard run log is kept, and said so."""
+    stem, ext = os.path.splitext(report_path)
+    path = stem + (".runlog.json" if ext == ".json" else ".json")  # never the report itself
+    if os.path.lexists(path) and not _is_runlog(path):
+        out.notes.append(f"{path} exists and is not a nanguard run log: it is kept, and the "
+                         "run log was not written beside the report")
+        return None
+    try:
+        log.write(path)
+    except Exception as exc:
+        out.failures.append(f"could not write the run log to {path}: {_why(exc)}")
+        return None
+    return path
+
+
+def _is_runlog(path: str) -> bool:
+    """Whether ``path`` holds a nanguard run log (an earlier run's, which may be replaced)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and "schema" in doc and "nanguard" in doc
 
 
 def _why(exc: BaseException) -> str:

@@ -321,15 +321,17 @@ class _Run:
                     print(f"nanguard: {note}", file=sys.stderr)
         elif log.status in ("recovered", "unjudged", "not-recovered"):
             self._print_summary()
-        # each output on its own: a full disk for one does not cost the other, nor the status
-        failures = write_outputs(
+        # the run log first, then the report, each on its own: a full disk for one does not
+        # cost the other, nor the status; interrupted, the report's plots (seconds) are left out
+        written = write_outputs(
             log,
             rank_path(opts.json_path, log.rank) if opts.json_path else None,
             rank_path(opts.report_path, log.rank) if opts.report_path else None,
+            hurry=lambda: log.status == "interrupted" or shield.interrupted is not None,
         )
-        for line in failures:
+        for line in written.notes + written.failures:
             print(f"nanguard run: {line}", file=sys.stderr)
-        if failures and self.status == 0:
+        if written.failures and self.status == 0:
             self.status = 2
         if shield.stop() is not None and self.status == 0:
             self.status = EXIT_INTERRUPTED
