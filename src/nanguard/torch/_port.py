@@ -109,6 +109,8 @@ class TorchPort:
 
     # --- what the driver asks ------------------------------------------------------------------
     def agree(self, ok: bool) -> tuple[bool, list[int]]:
+        if not _dist.active():  # one process: nothing to agree on, nothing summed per step
+            return ok, ([] if ok else [0])
         st = self.guard.opt_hooks.step
         mine = self.events is None  # the step in progress (not an earlier one read late)
         n = st.n_losses if mine else 0
