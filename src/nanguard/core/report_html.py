@@ -12,8 +12,10 @@ healthy, recovered, stopped on a non-finite value, crashed or interrupted. The p
 
 It opens offline: no ``<script src>``, no external fonts, styles or images; the only script is a
 few inline lines for the copy buttons. Every string that comes from the run (module names, source
-code, messages) is escaped. Framework-free: matplotlib is imported when a report is written (the
-``report`` extra), never by ``import nanguard``.
+code, messages) is escaped. Framework-free: matplotlib is imported when a report with plots is
+written (the ``report`` extra), never by ``import nanguard``. A run with no healthy step (it
+failed at its first) and an interrupted ``nanguard run`` (drawing takes seconds) get a sentence
+in the place of the plots instead.
 """
 
 from __future__ import annotations
