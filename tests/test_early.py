@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from contextlib import redirect_stderr
+from typing import Any
 
 import pytest
 import torch
@@ -124,3 +125,44 @@ def test_a_diverging_torch_run_is_warned_before_its_first_nan() -> None:
 def test_a_healthy_torch_run_gets_no_warning(lr: float) -> None:
     warnings, nan_step, printed = _lr_run(lr)
     assert nan_step is None and warnings == [] and "warning" not in printed
+
+
+def _embedding_run(make_opt: Any, steps: int = 6) -> tuple[list[EarlyWarning], int | None, str]:
+    """Rows 5..9 of the embedding are never looked up: their gradient stays exactly 0."""
+    torch.manual_seed(0)
+    emb, head = nn.Embedding(10, 4), nn.Linear(4, 1)
+    opt = make_opt([{"params": emb.parameters()}, {"params": head.parameters()}])
+    err, step = io.StringIO(), None
+    guard = nanguard.attach(nn.Sequential(emb, head), opt)
+    try:
+        with redirect_stderr(err):
+            for _ in range(steps):
+                opt.zero_grad()
+                head(emb(torch.randint(0, 5, (8,)))).pow(2).mean().backward()
+                opt.step()
+    except NonFiniteError as e:
+        step = e.finding.step
+    finally:
+        guard.detach()
+    return list(guard.controller.early.warnings), step, err.getvalue()
+
+
+def test_adam_with_eps_zero_is_warned_before_its_first_update() -> None:
+    warnings, nan_step, printed = _embedding_run(lambda g: torch.optim.Adam(g, lr=1e-2, eps=0))
+    (w,) = warnings
+    assert (w.step, w.kind, nan_step) == (0, "optimizer-eps-zero", 0)
+    assert w.message.startswith("`torch.optim.Adam(eps=0)`: its update divides by the root of the "
+                                "squared-gradient average plus eps")
+    assert printed.startswith("nanguard: warning at step 0 (optimizer-eps-zero): ")
+
+
+def test_eps_zero_in_one_group_is_named_and_the_default_eps_is_not_warned() -> None:
+    def rms(groups: Any) -> torch.optim.Optimizer:
+        groups[1]["eps"] = 0.0
+        return torch.optim.RMSprop(groups, lr=1e-3)
+
+    (w,) = _embedding_run(rms, steps=2)[0]
+    assert w.message.startswith("`torch.optim.RMSprop(eps=0)` (parameter group 1): ")
+    warnings, nan_step, _ = _embedding_run(lambda g: torch.optim.Adam(g, lr=1e-2))
+    assert warnings == [] and nan_step is None
+    assert _embedding_run(lambda g: torch.optim.SGD(g, lr=1e-2))[0] == []

@@ -164,3 +164,17 @@ def test_float16_variables_switch_the_headroom_rule_on(session: KerasSession) ->
     assert session.guard.controller.early.low_max == 65504.0
     kinds = [w["kind"] for w in _warnings(session)]
     assert kinds == ["low-precision-headroom"]
+
+
+def test_adam_with_epsilon_zero_is_warned_when_fit_adopts_it(session: KerasSession) -> None:
+    x, y = _data()
+    _model(opt=keras.optimizers.Adam(1e-3, epsilon=0.0)).fit(x, y, epochs=1, verbose=0)
+    (w,) = _warnings(session)
+    assert (w["step"], w["kind"]) == (0, "optimizer-eps-zero")
+    assert w["message"].startswith("`keras.optimizers.Adam(epsilon=0)`: its update divides")
+
+
+def test_adam_with_its_default_epsilon_is_not_warned(session: KerasSession) -> None:
+    x, y = _data()
+    _model(opt=keras.optimizers.Adam(1e-3)).fit(x, y, epochs=1, verbose=0)
+    assert _warnings(session) == []

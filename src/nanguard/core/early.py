@@ -24,6 +24,11 @@ than of a spike (an edge-of-stability run's loss jumps and comes back within a s
   tensors when a ``DataLoader`` starts an epoch, the script's own tensors after its first step):
   the adapter looks once (``nanguard.torch._datapeek``) and hands over a :class:`NonFiniteData`;
   with a sequential sampler, the step whose batch holds the first one is projected;
+* ``optimizer-eps-zero`` — an optimizer whose update divides by a root of its squared-gradient
+  average plus ``eps`` (Adam and its kin, RMSprop, Adagrad, Adadelta) was given ``eps=0``: a
+  weight whose gradient has been exactly 0 at every step so far gets 0/0 at its update. Told
+  once, before the optimizer's first update (:func:`eps_zero`, called by the adapter when it
+  first sees the optimizer);
 * ``latent-hazard`` — on two sampled early steps, an unsafe op on the path to the loss is risky
   by its margin or by a pattern whose singular point is in its domain (``log`` of a softmax,
   ``sqrt`` of a sum of squares): :func:`nanguard.core.hazards.early_warning`, found by the
@@ -45,10 +50,10 @@ from typing import Any
 from .history import History, StepRecord
 from .ops import DTYPE_MAX
 
-__all__ = ["KINDS", "EarlyWarning", "EarlyWarnings", "NonFiniteData", "projection"]
+__all__ = ["KINDS", "EarlyWarning", "EarlyWarnings", "NonFiniteData", "eps_zero", "projection"]
 
 KINDS = ("weights-growing", "gradients-growing", "updates-too-large", "loss-diverging",
-         "low-precision-headroom", "data-nonfinite", "latent-hazard")
+         "low-precision-headroom", "data-nonfinite", "latent-hazard", "optimizer-eps-zero")
 #: the weight norm grew ×1.25 or more at each of the last k steps and this much over them
 WEIGHT_GROWTH, WEIGHT_TOTAL = 1.25, {1: 4.0, 2: 3.0, 3: 1.25 ** 3}
 HEADROOM = 4.0  # a float16 loss or gradient norm within this factor of 65504
@@ -101,6 +106,18 @@ class NonFiniteData:
         return EarlyWarning(step, "data-nonfinite", msg,
                             [f"{self.name}: {self.what}, {bad}, first in row {self.first_row}"],
                             projected_step)
+
+
+def eps_zero(call: str, groups: Sequence[int], n_groups: int, step: int) -> EarlyWarning:
+    """The ``optimizer-eps-zero`` warning: ``call`` is how the script made the optimizer
+    (``torch.optim.Adam(eps=0)``), ``groups`` the parameter groups whose ``eps`` is 0."""
+    which = "" if len(groups) == n_groups else (
+        f" (parameter group{'s' if len(groups) > 1 else ''} {', '.join(map(str, groups))})")
+    msg = (f"`{call}`{which}: its update divides by the root of the squared-gradient average "
+           "plus eps, so a weight whose gradient has been exactly 0 at every step so far (an "
+           "embedding row never looked up, a dead ReLU unit, a masked output) gets 0/0 = NaN at "
+           "its update; keep eps at its default (1e-8 for Adam, 1e-7 in Keras) or above")
+    return EarlyWarning(step, "optimizer-eps-zero", msg, [f"{call}: eps = 0"])
 
 
 def projection(kind: str | None, step: int | None) -> str:

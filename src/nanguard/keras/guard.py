@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from ..core import config
 from ..core.diagnosis import RunContext
+from ..core.early import eps_zero
 from ..core.handle import GuardHandle, GuardOptions
 from ..core.policy import check_policy
 from ..core.step import StepDriver
@@ -51,6 +52,10 @@ from .snapshot import Snapshotter
 from .watch import GuardState, StepStats
 
 __all__ = ["KerasGuard", "attach"]
+
+#: Keras optimizers whose update divides by a root of a squared-gradient average plus ``epsilon``
+_DIVIDES_BY_ROOT = frozenset({"Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad", "Adadelta",
+                              "Adafactor", "Lamb"})
 
 log = logging.getLogger("nanguard")
 
@@ -227,7 +232,16 @@ class KerasGuard(GuardHandle):
         if all(optimizer is not o for o in self._optimizers):
             self._optimizers.append(optimizer)
         _patches.adopt(inner, st, self)
+        self._first_sight(inner)
         return st
+
+    def _first_sight(self, opt: Any) -> None:
+        """When an optimizer is adopted (before its first update): ``epsilon=0`` where the update
+        divides by a root of the squared-gradient average is a NaN waiting for a zero gradient."""
+        eps = getattr(opt, "epsilon", None)
+        if type(opt).__name__ in _DIVIDES_BY_ROOT and isinstance(eps, (int, float)) and eps == 0:
+            call = f"keras.optimizers.{type(opt).__name__}(epsilon=0)"
+            self.controller.early.add(eps_zero(call, [0], 1, self.driver.step))
 
     def _state_vars(self) -> tuple[list[Any], list[Any]]:
         if self.model is None:

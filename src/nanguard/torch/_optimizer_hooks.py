@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..core.diagnosis import Diagnosis
+from ..core.early import eps_zero
 from ..core.finding import Finding
 from . import _dist
 from ._deferred import deferred_wanted
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
     from .guard import Guard
 
 __all__ = ["OptimizerHooks"]
+
+#: torch optimizers whose update divides by a root of a squared-gradient average plus ``eps``
+_DIVIDES_BY_ROOT = frozenset({"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "SparseAdam", "RMSprop",
+                              "Adagrad", "Adadelta"})
 
 
 class OptimizerHooks:
@@ -47,6 +53,19 @@ class OptimizerHooks:
         #: a failure found before this step's check (the last update left the weights
         #: non-finite), acted on at the check, once every rank agrees
         self.prior: tuple[Finding, Diagnosis] | None = None
+        self._seen: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+
+    def _first_sight(self, opt: torch.optim.Optimizer) -> None:
+        """Before an optimizer's first update: a configuration that can make a NaN by itself
+        (``eps=0`` where the update divides by a root of the squared-gradient average)."""
+        self._seen.add(opt)
+        if type(opt).__name__ not in _DIVIDES_BY_ROOT:
+            return
+        zero = [i for i, grp in enumerate(opt.param_groups)
+                if isinstance(grp.get("eps"), (int, float)) and grp["eps"] == 0]
+        if zero:
+            call = f"torch.optim.{type(opt).__name__}(eps=0)"
+            self.g.controller.early.add(eps_zero(call, zero, len(opt.param_groups), self.g.driver.step))
 
     def adopt_primary(self, opt: torch.optim.Optimizer) -> None:
         """The first optimizer seen (at its step, or at a loss scaler's step that skipped it)
@@ -85,6 +104,8 @@ class OptimizerHooks:
         st.settings_applied = False
         if g.watch.primary is None:
             self.adopt_primary(opt)
+        if opt not in self._seen:
+            self._first_sight(opt)
         g.watch.optimizer_name(opt)
         g.driver.begin()
         closure, where = _closure_of(opt, args, kwargs)
