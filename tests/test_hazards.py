@@ -253,3 +253,42 @@ def test_a_data_only_op_is_watched_once_its_result_meets_the_graph() -> None:
     assert h.pattern == "by a standard deviation without eps" and h.stable_form is not None
     assert h.source is not None and h.source.endswith(f"test_hazards.py:{_line('per sample', 0)}")
     assert len(h.margins) == 3 and h.margin > 0
+
+
+MADE_NAN = """
+    import torch, torch.nn as nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e6)   # step 0's update saturates the sigmoid
+    x, y = torch.randn(32, 4), torch.rand(32, 1)
+    for step in range(20):
+        p = torch.sigmoid(model(x))
+        loss = -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_nan_made_within_the_checked_steps_is_the_finding_exit_3(tmp_path: Path,
+                                                                  spawn: Spawn) -> None:
+    """The script's log(sigmoid) meets exactly 0 at step 1 of 10 checked: the check exits 3 with
+    the finding, as documented (it exited 5, "risky", with a margin read from that 0)."""
+    (tmp_path / "train.py").write_text(textwrap.dedent(MADE_NAN))
+    r = spawn.nanguard("check", "--steps", "10", "--json", "hz.json", "train.py", cwd=tmp_path,
+                       timeout=300)
+    assert r.returncode == 3, r.stderr
+    assert "the first non-finite value was made in the forward pass at step 1" in r.stderr
+    assert "op        aten.log.default" in r.stderr and "cause: unsafe-op" in r.stderr
+    h = json.loads((tmp_path / "hz.json").read_text())["hazards"][0]
+    assert h["op"] == "log" and h["margin"] == 0
+
+
+def test_an_input_at_exactly_zero_is_not_called_subnormal() -> None:
+    def hazard(margin: float) -> Hazard:
+        return assess(Hazard(op="log", kind="zero", source="t.py:1", source_code=None, module=None,
+                             dtype="float32", margins={0: 0.5, 1: margin}))
+
+    h = hazard(0.0)
+    assert h.risk == "high" and h.reasons[0] == "its input reached exactly 0: `log` is at its singularity there"
+    assert hazard(1e-40).reasons[0].startswith("its input went subnormal (1e-40 < 1.18e-38)")

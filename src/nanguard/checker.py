@@ -34,13 +34,18 @@ def check_script(script: str, args: Sequence[str], steps: int, json_path: str | 
         return 2
     from .core.errors import NonFiniteError
     from .torch.hazards import check
+    from .torch.session import TorchSession
 
     old_argv, script_dir = sys.argv[:], os.path.dirname(os.path.abspath(script))
     sys.argv = [script, *args]
     sys.path.insert(0, script_dir)
     status, fired = 0, None
+    # the guard of ``nanguard run`` watches the checked steps too: a NaN the script makes within
+    # them is the finding (exit 3), not a margin read from values that were already NaN
+    guard = TorchSession(policy="raise")
     try:
         with check(steps=steps) as hz:
+            guard.install()
             runpy.run_path(os.path.abspath(script), run_name="__main__")
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -50,6 +55,7 @@ def check_script(script: str, args: Sequence[str], steps: int, json_path: str | 
         traceback.print_exc()
         status = 1
     finally:
+        guard.uninstall()
         sys.argv = old_argv
         if script_dir in sys.path:
             sys.path.remove(script_dir)

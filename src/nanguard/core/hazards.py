@@ -207,7 +207,10 @@ def assess(h: Hazard) -> Hazard:
     if h.kind == "zero" and h.guarded and m >= tiny:
         reasons.append(f"smallest input {m:.3g}, guarded: it was made with a floor (+ eps, a clamp)")
     elif h.kind == "zero":
-        if m < tiny:
+        if m == 0:
+            risk = "high"
+            reasons.append(f"its input reached exactly 0: `{h.op}` is at its singularity there")
+        elif m < tiny:
             risk = "high"
             reasons.append(f"its input went subnormal ({m:.3g} < {tiny:.3g}): one underflow from exactly 0")
         elif m < NEAR_ZERO and h.op != "sqrt":
