@@ -292,3 +292,18 @@ def test_an_input_at_exactly_zero_is_not_called_subnormal() -> None:
     h = hazard(0.0)
     assert h.risk == "high" and h.reasons[0] == "its input reached exactly 0: `log` is at its singularity there"
     assert hazard(1e-40).reasons[0].startswith("its input went subnormal (1e-40 < 1.18e-38)")
+
+
+def test_a_keras_script_is_one_clear_line_and_a_nonzero_exit(tmp_path: Path, spawn: Spawn) -> None:
+    pytest.importorskip("keras")
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import numpy as np, keras
+        x = np.random.randn(64, 3).astype("float32")
+        m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        m.compile("sgd", "mse")
+        m.fit(x, x.sum(1, keepdims=True), epochs=1, verbose=0)
+    """))
+    r = spawn.nanguard("check", "--steps", "3", "train.py", cwd=tmp_path, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert ("nanguard check: train.py trained with Keras, whose ops the check does not see" in r.stderr)
+    assert "0 unsafe ops" not in r.stderr and "nothing was watched" not in r.stderr

@@ -7,8 +7,9 @@ on stderr (the script's stdout is its own), ranked, and optionally written as JS
 
 Exit status: **0** when nothing risky was found, **5** when a hazard is ranked risky (``high``:
 a margin within reach of its singularity, or ``medium``: a pattern with a stable form), 1 when
-the script raised, 2 for a missing script or bad arguments. A script that makes a NaN during the
-check is what ``nanguard run`` is for: the check says so and exits 3.
+the script raised, 2 for a missing script or bad arguments, or a Keras script (its ops are not
+PyTorch's: one line says so). A script that makes a NaN during the check meets the guard of
+``nanguard run``, installed beside the check: its finding is printed and the check exits 3.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def check_script(script: str, args: Sequence[str], steps: int, json_path: str | 
     status, fired = 0, None
     # the guard of ``nanguard run`` watches the checked steps too: a NaN the script makes within
     # them is the finding (exit 3), not a margin read from values that were already NaN
-    guard = TorchSession(policy="raise")
+    guard = TorchSession(policy="raise", say_notes=False)
     try:
         with check(steps=steps) as hz:
             guard.install()
@@ -60,6 +61,11 @@ def check_script(script: str, args: Sequence[str], steps: int, json_path: str | 
         if script_dir in sys.path:
             sys.path.remove(script_dir)
     hazards = hz.hazards
+    if not hz.steps and fired is None and "keras" in sys.modules:
+        print(f"nanguard check: {script} trained with Keras, whose ops the check does not see "
+              "(it reads PyTorch ops, and stops after --steps torch optimizer steps): nothing was "
+              f"checked; nanguard run {script} watches Keras training as it runs", file=sys.stderr)
+        return 2
     print("\n".join(hazard_lines(hazards, hz.steps, script)), file=sys.stderr)
     if json_path:
         with open(json_path, "w") as fh:

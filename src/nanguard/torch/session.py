@@ -35,9 +35,11 @@ class TorchSession(GuardSession):
 
     framework = "torch"
 
-    def __init__(self, policy: str = "raise", trace: bool = False, **guard_kwargs: Any) -> None:
+    def __init__(self, policy: str = "raise", trace: bool = False, say_notes: bool = True,
+                 **guard_kwargs: Any) -> None:
         self.guard = Guard(None, None, policy=policy, **guard_kwargs)
         self.trace = trace
+        self.say_notes = say_notes  # print the end-of-run notes on stderr (not under nanguard check)
         self._locator: Locator | None = None
         self._script_end: ScriptEnd | None = None
         self.notes: list[str] = []
@@ -116,7 +118,7 @@ class TorchSession(GuardSession):
         notes = self.uninstall_notes()
         self.notes.extend(notes)
         for note in notes:
-            if not note.startswith("verify:"):
+            if self.say_notes and not note.startswith("verify:"):
                 print(f"nanguard: {note}", file=sys.stderr)
         if self._script_end is not None:
             self._script_end.disarm()
