@@ -166,3 +166,32 @@ def test_eps_zero_in_one_group_is_named_and_the_default_eps_is_not_warned() -> N
     warnings, nan_step, _ = _embedding_run(lambda g: torch.optim.Adam(g, lr=1e-2))
     assert warnings == [] and nan_step is None
     assert _embedding_run(lambda g: torch.optim.SGD(g, lr=1e-2))[0] == []
+
+
+def test_no_warning_is_said_after_the_runs_first_nonfinite_value() -> None:
+    """A warning comes before the first NaN or not at all: once the controller handles a
+    non-finite step, a hazard sampled at it or a rule read after a skip says nothing."""
+    said: list[EarlyWarning] = []
+    early = EarlyWarnings(said.append)
+    assert early.add(EarlyWarning(3, "latent-hazard", "before"))
+    early.close()
+    assert not early.add(EarlyWarning(4, "data-nonfinite", "after"))
+    assert [w.message for w in said] == ["before"] and len(early.warnings) == 1
+
+
+def test_a_skipped_nan_step_closes_the_warnings_of_a_torch_run() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = nanguard.attach(model, opt, policy="skip")
+    try:
+        for step in range(3):
+            x = torch.randn(8, 4)
+            if step == 1:
+                x[0, 0] = float("nan")
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+    finally:
+        guard.detach()
+    assert guard.controller.early.closed and guard.total_notfinite == 1

@@ -307,3 +307,19 @@ def test_a_keras_script_is_one_clear_line_and_a_nonzero_exit(tmp_path: Path, spa
     assert r.returncode == 2, r.stderr
     assert ("nanguard check: train.py trained with Keras, whose ops the check does not see" in r.stderr)
     assert "0 unsafe ops" not in r.stderr and "nothing was watched" not in r.stderr
+
+
+def test_an_exp_past_overflow_is_said_so_and_warns_no_more() -> None:
+    """Its margin (ln(max) - max input) is negative: the exp made inf already; no "-2e6 e-folds
+    left", and no warning that it "can make a NaN it has not made yet"."""
+    from nanguard.core.hazards import early_warning
+
+    h = assess(Hazard(op="exp", kind="overflow", source="t.py:3", source_code=None, module=None,
+                      dtype="float32", margins={1: 40.0, 2: -2095032.8}))
+    assert h.risk == "high" and h.reasons[0] == "its input passed ln(float32 max): it overflowed to inf there"
+    assert not any("e-folds left" in r for r in h.reasons)
+    assert early_warning(h, step=2, steps=2) is None
+    near = assess(Hazard(op="exp", kind="overflow", source="t.py:3", source_code=None, module=None,
+                         dtype="float32", margins={1: 40.0, 2: 5.0}))
+    w = early_warning(near, step=2, steps=2)
+    assert w is not None and "can make a NaN it has not made yet" in w.message

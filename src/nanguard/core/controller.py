@@ -222,6 +222,7 @@ class StepController:
         Raises :class:`NonFiniteError` (policy ``raise``, or a cause with no blind fix) or
         :class:`GiveUpError` (limits reached; an applied bad update with no snapshot)."""
         self.findings.append((finding, diag))
+        self.early.close()  # warnings come before the first NaN or not at all
         if finding.details.get("origin") == "carried" and self.config.policy != "raise":
             # no batch to drop and no snapshot holds it: stop with the run's first event
             self._give_up(finding, diag, step, after_update, backend,

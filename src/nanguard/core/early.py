@@ -187,10 +187,19 @@ class EarlyWarnings:
         self._last_seen = -1
         self.on_warning = on_warning
         self._said: set[str] = set()
+        #: the run met its first non-finite value: a warning now would come after the finding
+        #: it should have preceded (a hazard sampled at the step that fired, a rule read after
+        #: a skip), so none is said
+        self.closed = False
+
+    def close(self) -> None:
+        """The run's first non-finite step is being handled (called by the controller)."""
+        self.closed = True
 
     def observe(self, history: History) -> list[EarlyWarning]:
         """After the step's record: the warnings it raised (each kind once per run)."""
-        if not len(history) or not history[-1].finite or len(self._said) == len(KINDS):
+        if (self.closed or not len(history) or not history[-1].finite
+                or len(self._said) == len(KINDS)):
             return []
         if not self._may_warn(history):
             return []  # nothing grew at the newest step: the usual case, a few comparisons
@@ -201,8 +210,9 @@ class EarlyWarnings:
         return [w for w in new if self.add(w)]
 
     def add(self, w: EarlyWarning) -> bool:
-        """A warning the adapter found itself (the data look): said unless its kind was."""
-        if w.kind in self._said:
+        """A warning the adapter found itself (the data look): said unless its kind was, or
+        the run has already met a non-finite value."""
+        if w.kind in self._said or self.closed:
             return False
         self._said.add(w.kind)
         self.warnings.append(w)

@@ -235,7 +235,10 @@ def assess(h: Hazard) -> Hazard:
             calls += f" (≤ {RECURRENCE_EDGE}: a sequence length in common use)"
         reasons.append(f"{h.pattern}: {calls}" if h.pattern else calls)
     elif h.kind == "overflow":
-        if m < EXP_EDGE:
+        if m <= 0:
+            risk = "high"
+            reasons.append(f"its input passed ln({h.dtype} max): it overflowed to inf there")
+        elif m < EXP_EDGE:
             risk = "high"
             reasons.append(f"{m:.1f} e-folds left before {h.dtype} overflows (< {EXP_EDGE:g})")
         else:
@@ -313,10 +316,17 @@ def warns_early(h: Hazard) -> bool:
     return bool(h.pattern) and h.pattern_edge is None
 
 
+def _fired(h: Hazard) -> bool:
+    """Did the op already reach its singularity (a ``log`` of exactly 0, an ``exp`` past
+    overflow)? Then it made the value: that is a finding, not a warning of one to come."""
+    return (h.kind == "zero" and h.margin == 0 and not h.guarded) or (
+        h.kind == "overflow" and h.margin <= 0)
+
+
 def early_warning(h: Hazard, step: int, steps: int) -> EarlyWarning | None:
     """The watch's warning for an assessed hazard seen over ``steps`` sampled steps up to
     ``step`` (``None`` if it does not warn: :func:`warns_early`)."""
-    if not warns_early(h):
+    if not warns_early(h) or _fired(h):
         return None
     where = f" at {h.source}" if h.source else ""
     mod = f" (in {h.module})" if h.module else ""
