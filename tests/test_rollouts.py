@@ -304,3 +304,35 @@ def test_a_non_finite_loss_is_the_finding_when_no_replay_runs() -> None:
             opt.step()
     f = info.value.finding
     assert (f.phase, f.reached, f.step, f.detected_by) == ("forward", "loss", 2, "watch")
+
+
+def test_a_long_loop_under_inference_mode_leaves_torch_working() -> None:
+    """Leaving ``inference_mode`` restores the dispatch keys of its entry: a tape pushed then and
+    popped inside (a model call after the tape filled) left torch's Python key on with no mode,
+    and the script's next op — printing a tensor — failed an internal assert of torch."""
+    torch.manual_seed(7)
+    model = nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = nanguard.attach(model, opt)
+
+    @torch.inference_mode()
+    def sample(x: torch.Tensor) -> torch.Tensor:
+        for _ in range(300):
+            x = x + 0.5 * (model(x) - x) + 0.1 * torch.randn_like(x)
+        return x
+
+    try:
+        x, sigma = torch.randn(32, 4), torch.tensor(1.0)
+        with torch.inference_mode():
+            for _ in range(700):  # ~6 ops outside the model a call: the tape fills (4096)
+                x = x + 0.5 * sigma ** 2 * (model(x) - x) + 0.1 * sigma * torch.randn_like(x)
+                sigma = sigma * 0.99
+        assert repr(x.mean(0)).startswith("tensor([")
+        assert repr(sample(torch.randn(8, 4)).mean(0)).startswith("tensor([")
+        loss = model(torch.randn(8, 4)).pow(2).mean()  # training goes on, watched
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    finally:
+        guard.detach()
+    assert guard.step == 1 and not guard.findings

@@ -198,6 +198,15 @@ class HazardBook:
         return out
 
 
+def _overflow(dtype: str, m: float) -> tuple[str, str]:
+    """An ``exp``'s risk and reason from its e-folds left (``m``; not positive: it overflowed)."""
+    if m <= 0:
+        return "high", f"its input passed ln({dtype} max): it overflowed to inf there"
+    if m < EXP_EDGE:
+        return "high", f"{m:.1f} e-folds left before {dtype} overflows (< {EXP_EDGE:g})"
+    return "low", f"{m:.1f} e-folds left before {dtype} overflows"
+
+
 def assess(h: Hazard) -> Hazard:
     """Set ``h.risk`` and ``h.reasons`` from its margin and its pattern, judged separately."""
     reasons: list[str] = []
@@ -235,14 +244,8 @@ def assess(h: Hazard) -> Hazard:
             calls += f" (≤ {RECURRENCE_EDGE}: a sequence length in common use)"
         reasons.append(f"{h.pattern}: {calls}" if h.pattern else calls)
     elif h.kind == "overflow":
-        if m <= 0:
-            risk = "high"
-            reasons.append(f"its input passed ln({h.dtype} max): it overflowed to inf there")
-        elif m < EXP_EDGE:
-            risk = "high"
-            reasons.append(f"{m:.1f} e-folds left before {h.dtype} overflows (< {EXP_EDGE:g})")
-        else:
-            reasons.append(f"{m:.1f} e-folds left before {h.dtype} overflows")
+        risk, said = _overflow(h.dtype, m)
+        reasons.append(said)
     else:
         if m < HEADROOM_EDGE:
             risk = "high"

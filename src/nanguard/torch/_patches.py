@@ -178,6 +178,31 @@ def _as_one_event(rec: StepRecorder, fn: Callable[..., Any], args: Any, kwargs: 
         rec.tape_on()
 
 
+def _inference_enter(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.inference_mode().__enter__``: the tape goes off first. Leaving inference mode
+    restores the dispatch keys saved when it was entered; with the tape pushed then and popped
+    inside (a model call, a full tape), the Python key would stay on with no mode on the stack,
+    and torch's next op fails an internal assert. Inside, the tape stays off (``tape_on``)."""
+    @functools.wraps(fn)
+    def __enter__(self: Any) -> Any:
+        for r in list(_active):
+            r.tape_off()
+        return fn(self)
+
+    return __enter__
+
+
+def _inference_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.inference_mode().__exit__``: the tape comes back once inference mode is left."""
+    @functools.wraps(fn)
+    def __exit__(self: Any, *exc: Any) -> Any:
+        out = fn(self, *exc)
+        _push_again(list(_active))
+        return out
+
+    return __exit__
+
+
 def _push_again(recs: list[StepRecorder]) -> None:
     for r in recs:
         if not r.paused and not r.modules.depth and r.resume_tape:
@@ -231,6 +256,9 @@ def register_recorder(rec: StepRecorder) -> None:
         rf = torch.autograd.profiler.record_function
         for name, wrap in (("__enter__", _profile_enter), ("__exit__", _profile_exit)):
             _RECORDING.patch(rf, name, wrap(rf.__dict__[name]))
+        im = torch.autograd.grad_mode.inference_mode
+        for name, wrap in (("__enter__", _inference_enter), ("__exit__", _inference_exit)):
+            _RECORDING.patch(im, name, wrap(im.__dict__[name]))
     _active.append(rec)
 
 

@@ -353,8 +353,8 @@ class StepRecorder:
 
     def tape_on(self) -> None:
         if (self._tape_on or not self.enabled or not self.resume_tape or self.paused or self.facts.disarmed
-                or self.facts.truncated):
-            return
+                or self.facts.truncated or torch.is_inference_mode_enabled()):
+            return  # under inference mode never: its exit restores the dispatch keys of its entry
         self._tape.__enter__()
         self._tape_on = True
 
