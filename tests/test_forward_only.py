@@ -87,9 +87,9 @@ def test_the_ops_of_one_run_of_a_line_count_once_and_a_loop_comes_round() -> Non
             calls.op((at, offset), grad=True)
     assert calls.lines[("train.py", 7)] == 5 and calls.ops == 15
     one = SourceLocation("train.py", 9)
-    for _ in range(4):  # a one-op line run four times in a row: every op is a new run
+    for _ in range(4):  # one call making four ops (torch.load), or a loop of one op: unclear
         calls.op((one, 12), grad=True)
-    assert calls.lines[("train.py", 9)] == 4
+    assert calls.lines[("train.py", 9)] == 1 and calls.describe("train.py:9") is None
     assert calls.describe("train.py:7") == "the 5th run of line 7"
     assert calls.describe("train.py:8") is None  # never seen outside a module
     calls.complete = False  # the tape went off for a while: a count could be short
@@ -100,15 +100,17 @@ def test_a_loop_without_a_step_is_due_once_at_its_run_and_only_with_grad() -> No
     due: list[int] = []
     calls = ScriptCalls(after=10_000, on_due=lambda: due.append(calls.ops))
     at = SourceLocation("train.py", 3)
-    for _ in range(LOOP_RUNS + 5):
-        calls.op((at, 4), grad=False)  # under no_grad: counted, never due
+    for _ in range(LOOP_RUNS + 5):  # under no_grad: counted, never due
+        calls.op((at, 4), grad=False)
+        calls.op((SourceLocation("train.py", 4), 4), grad=False)
     assert due == [] and calls.lines[("train.py", 3)] == LOOP_RUNS + 5
     fresh = ScriptCalls(after=10_000, on_due=lambda: due.append(fresh.ops))
-    for _ in range(LOOP_RUNS + 5):
+    for _ in range(LOOP_RUNS + 5):  # two lines of a loop
         fresh.op((at, 4), grad=True)
-    assert due == [LOOP_RUNS]  # once, at the run that reached the count
+        fresh.op((SourceLocation("train.py", 4), 4), grad=True)
+    assert due == [2 * LOOP_RUNS - 1]  # once, at the run that reached the count
     assert fresh.why() == f"train.py:3 ran {LOOP_RUNS} times"
-    assert fresh.unchecked_before() == (f"every op from the {LOOP_RUNS}th torch call on (the "
+    assert fresh.unchecked_before() == (f"every op from the {2 * LOOP_RUNS - 1}th torch call on (the "
                                         f"{LOOP_RUNS}th run of line 3); the ones before were not "
                                         "checked: nanguard run --trace checks them all")
     many = ScriptCalls(after=3, on_due=lambda: due.append(-1))
@@ -172,3 +174,18 @@ def test_a_dataset_built_in_a_loop_goes_back_to_the_watch_when_training_starts(
     assert (event["step"], event["phase"], event["detected_by"]) == (5, "data", "replay")
     assert event["cause"] == "nonfinite-input"
     assert "before_training" not in event["details"]
+
+
+def test_a_dataloader_worker_never_starts_the_check(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A worker (a forked copy of the run) builds batches in a loop and never steps: checking its
+    ops would last the whole run, in every worker; the main process's watch sees its batches."""
+    import torch.utils.data as tud
+
+    from nanguard.torch.session import TorchSession
+
+    s = TorchSession()
+    s.calls = s.guard.recorder.calls = ScriptCalls(on_due=s._forward_only)
+    monkeypatch.setattr(tud, "get_worker_info", lambda: object())
+    s._forward_only()
+    assert s._locator is None and not s.forward_traced
+    assert s.calls is None and s.guard.recorder.calls is None

@@ -41,7 +41,7 @@ def ordinal(n: int) -> str:
 class ScriptCalls:
     """Counts per source line and per model until the first training step (see the module)."""
 
-    __slots__ = ("_last", "_left", "checked_from", "complete", "lines", "on_due", "ops")
+    __slots__ = ("_last", "_left", "checked_from", "complete", "lines", "on_due", "ops", "unclear")
 
     def __init__(self, after: int = FORWARD_ONLY_AFTER,
                  on_due: Callable[[], None] | None = None) -> None:
@@ -50,6 +50,7 @@ class ScriptCalls:
         self.lines: dict[tuple[str, int], int] = {}
         self.ops = 0
         self._last: tuple[tuple[str, int] | None, int] = (None, -1)
+        self.unclear: set[tuple[str, int]] = set()
         #: false once the tape went off outside modules before the first step (a rollout or
         #: evaluation loop disarms it): the line counts may then miss runs, and are not said
         self.complete = True
@@ -68,8 +69,13 @@ class ScriptCalls:
             where, offset = site
             key = (where[0], where[1])
             last_key, last_offset = self._last
-            if key != last_key or offset <= last_offset:
+            if key != last_key or offset < last_offset:
                 self.lines[key] = self.lines.get(key, 0) + 1
+            elif offset == last_offset:
+                # one call made several ops (``torch.load``, a library function), or a loop of
+                # one op came round: the runs of this line cannot be told apart, so they are
+                # counted once and never said
+                self.unclear.add(key)
             self._last = (key, offset)
             runs = self.lines[key]
         if grad:
@@ -94,6 +100,8 @@ class ScriptCalls:
             return None
         for (filename, line), n in self.lines.items():  # a finding names it relative to the cwd
             if source in (f"{filename}:{line}", SourceLocation(filename, line).short):
+                if (filename, line) in self.unclear:
+                    return None
                 return f"the {ordinal(n)} run of line {line}"
         return None
 

@@ -30,6 +30,13 @@ __all__ = ["TorchSession"]
 log = logging.getLogger("nanguard")
 
 
+def _in_data_worker() -> bool:
+    """Is this process a ``DataLoader`` worker?"""
+    from torch.utils.data import get_worker_info
+
+    return get_worker_info() is not None
+
+
 class TorchSession(GuardSession):
     """The torch side of a ``nanguard run``: a global :class:`Guard`, optionally a tracer."""
 
@@ -106,6 +113,11 @@ class TorchSession(GuardSession):
         op by op from here on, until a training step ends. Said once on stderr."""
         g = self.guard
         if g.step or g.backward_calls or self.trace or self._locator is not None:
+            return
+        if _in_data_worker():
+            # a DataLoader worker (a forked copy of the run) never steps: its batches are the
+            # data the main process's watch looks at; checking its ops would last all run
+            self.calls = g.recorder.calls = None
             return
         why = self.calls.why() if self.calls is not None else "many torch calls"
         print(f"nanguard: {why} and no backward() or optimizer step yet: checking every op from "
