@@ -29,7 +29,7 @@ FORWARD_ONLY_AFTER = 1000
 #: script counts as forward-only sooner: a loop that is not training. A training loop reaches its
 #: first ``backward()`` in its first iteration; a loop that builds a dataset sample by sample is
 #: checked op by op until training starts (at the end of the first step the check goes).
-LOOP_RUNS = 50
+LOOP_RUNS = 10
 
 
 def ordinal(n: int) -> str:
@@ -106,7 +106,7 @@ class ScriptCalls:
         return None
 
     def why(self) -> str:
-        """What made the script count as forward-only: ``line 7 ran 50 times`` or
+        """What made the script count as forward-only: ``train.py:7 ran 10 times`` or
         ``1,000 torch calls``."""
         where, runs, ops = self.checked_from or (None, 0, self.ops)
         if where is not None and runs >= LOOP_RUNS:
