@@ -62,6 +62,9 @@ class LocateOptions:
     deferred: bool | None = None
     frame_stop: frozenset[CodeType] = frozenset()
     is_grad: Callable[[torch.Tensor], str | None] | None = None
+    #: the run of a source line an origin was made in, asked when it is made (``nanguard run``
+    #: before any step: "the 110th run of line 11"); ``None``: not asked
+    run_of: Callable[[str | None], str | None] | None = None
 
     def __post_init__(self) -> None:
         for name, valid in _VALID.items():

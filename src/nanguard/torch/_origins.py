@@ -130,6 +130,10 @@ class Origins(Place):
         )
         if (f.posinf or f.neginf) and f.dtype in LOW_PRECISION:
             _float32_check(func, args, kwargs, f)
+        if self.opts.run_of is not None:  # the run of its line now, not when a sink meets it
+            run = self.opts.run_of(source)
+            if run:
+                f.details["run"] = run
         deliberate = constant is not None or (not producers and is_log_mask(info, args))
         return self._stamp(f, judged=True, deliberate=deliberate)
 

@@ -86,8 +86,10 @@ class TorchSession(GuardSession):
         g.modules.install()
         if self._script_end is None:
             self._script_end = ScriptEnd(self._script_ended, sys.argv[0] if sys.argv else None)
+        calls = self.calls
         loc = Locator(None, modules=g.modules, on_open=self._unused_changed,
-                      options=LocateOptions(on_sink="raise", detected_by="trace"))
+                      options=LocateOptions(on_sink="raise", detected_by="trace",
+                                            run_of=calls.describe if calls is not None else None))
         self._locator = loc
         loc.__enter__()
 
@@ -202,9 +204,8 @@ class TorchSession(GuardSession):
             f.details.setdefault("before_training", True)
             calls = self.calls
             if calls is not None:
-                run = calls.describe(f.source)
-                if run:
-                    f.details.setdefault("run", run)
+                # the run is the one its origin was made in (stamped by the tracer then); a
+                # finding the tracer did not make is not named by a run counted later
                 unchecked = calls.unchecked_before()
                 if unchecked:
                     f.details.setdefault("checked", unchecked)
