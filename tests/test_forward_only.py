@@ -189,3 +189,71 @@ def test_a_dataloader_worker_never_starts_the_check(monkeypatch) -> None:  # typ
     s._forward_only()
     assert s._locator is None and not s.forward_traced
     assert s.calls is None and s.guard.recorder.calls is None
+
+
+# the dataset of PREP_THEN_TRAIN, then LBFGS: its closure runs the model ~10 times within the
+# first optimizer.step(), and that step ends in torch's post-step hooks
+PREP_THEN_LBFGS = """
+    import torch, torch.nn as nn
+    torch.manual_seed(0)
+    rows = []
+    for i in range(PREP):
+        x = torch.randn(4)
+        rows.append((x - x.mean()) / (x.std() + 1e-6))
+    X = torch.stack(rows)
+    y = X.sum(1, keepdim=True)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=10, line_search_fn="strong_wolfe")
+    def closure():
+        opt.zero_grad()
+        loss = ((model(X) - y) ** 2).mean()
+        loss.backward()
+        return loss
+    for step in range(4):
+        print(step, round(float(opt.step(closure)), 4))
+"""
+
+
+def test_a_closure_optimizer_is_training_and_its_first_step_ends_the_check(
+        tmp_path: Path, spawn: Spawn) -> None:
+    """A closure's runs of the model inside ``optimizer.step(closure)`` are training (a backward()
+    ran), not a forward-only loop; a check started by the data loop before ends in torch's
+    post-step hook, which must not unregister a hook while torch iterates them."""
+    for prep, checked in ((3, False), (120, True)):
+        body = textwrap.dedent(PREP_THEN_LBFGS).lstrip("\n").replace("PREP", str(prep))
+        (tmp_path / "plain.py").write_text(body)
+        plain = spawn.python("plain.py", cwd=tmp_path, timeout=180, env=ENV)
+        r, log = _run(spawn, tmp_path, body)
+        assert r.returncode == 0, r.stderr  # type: ignore[attr-defined]
+        assert r.stdout == plain.stdout  # type: ignore[attr-defined]
+        assert log["steps"] == 4 and log["events"] == []
+        assert ("checking every op" in r.stderr) is checked  # type: ignore[attr-defined]
+
+
+def test_an_optimizer_listener_removed_inside_a_step_hook_is_removed_after_it() -> None:
+    from nanguard.torch import _autograd
+
+    seen: list[str] = []
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    inner: list[object] = []
+
+    def outer_post(o, a, k):  # type: ignore[no-untyped-def]
+        seen.append("outer post")
+        inner[0].remove()  # type: ignore[attr-defined]  # as a first step's end closes a tracer
+
+    # registered first, as the guard's hooks are before a forward-only check's tracer: torch
+    # iterates on to the tracer's hook after the guard's removed it
+    outer = _autograd.add_optimizer_listener(lambda o, a, k: None, outer_post)
+    inner.append(_autograd.add_optimizer_listener(lambda o, a, k: seen.append("inner pre"),
+                                                  lambda o, a, k: seen.append("inner post")))
+    try:
+        model(torch.ones(1, 2)).sum().backward()
+        opt.step()  # raised "OrderedDict mutated during iteration" before
+        opt.step()
+    finally:
+        outer.remove()
+    # silent from its removal on, then unregistered once no hook of ours runs
+    assert seen == ["inner pre", "outer post", "outer post"]
+    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+    assert not _global_optimizer_pre_hooks and not _global_optimizer_post_hooks

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.optim.optimizer as _optim
@@ -147,16 +147,51 @@ def original_grad() -> Callable[..., Any]:
     return _orig.get("grad", torch.autograd.grad)
 
 
+class _OptimizerHooks:
+    """Which optimizer-hook calls of ours are running, and the removals they asked for: torch
+    iterates its hook dicts while it calls them, so a hook that removes one (a forward-only check
+    ended by the first step's post-hook closes the tracer's listener) would make torch raise
+    ``OrderedDict mutated during iteration`` in the user's ``optimizer.step()``. Such a removal
+    leaves the hook registered and silent until the next removal or registration outside a hook."""
+
+    depth: ClassVar[int] = 0
+    removals: ClassVar[list[Callable[[], None]]] = []
+
+    @classmethod
+    def flush(cls) -> None:
+        if cls.depth:
+            return
+        while cls.removals:
+            cls.removals.pop()()
+
+
 def add_optimizer_listener(
     pre: Callable[[torch.optim.Optimizer, tuple[Any, ...], dict[str, Any]], Any],
     post: Callable[[torch.optim.Optimizer, tuple[Any, ...], dict[str, Any]], None],
 ) -> _Handle:
-    """Global optimizer step pre/post hooks (torch's own ``register_optimizer_step_*_hook``)."""
-    h1 = _optim.register_optimizer_step_pre_hook(pre)
-    h2 = _optim.register_optimizer_step_post_hook(post)
+    """Global optimizer step pre/post hooks (torch's own ``register_optimizer_step_*_hook``).
+    The handle may be removed from inside any optimizer hook (see :class:`_OptimizerHooks`)."""
+    hooks = _OptimizerHooks
+    hooks.flush()
+    alive = [True]
+
+    def call(fn: Callable[..., Any], opt: torch.optim.Optimizer, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Any:
+        if not alive[0]:
+            return None
+        hooks.depth += 1
+        try:
+            return fn(opt, args, kwargs)
+        finally:
+            hooks.depth -= 1
+
+    h1 = _optim.register_optimizer_step_pre_hook(lambda o, a, k: call(pre, o, a, k))
+    h2 = _optim.register_optimizer_step_post_hook(lambda o, a, k: call(post, o, a, k))
 
     def remove() -> None:
-        h1.remove()
-        h2.remove()
+        alive[0] = False
+        hooks.removals.append(h1.remove)
+        hooks.removals.append(h2.remove)
+        hooks.flush()
 
     return _Handle(remove)

@@ -40,6 +40,8 @@ class BackwardHooks(_autograd.BackwardListener):
 
     Attributes:
         calls: ``backward()`` calls seen (outside optimizer steps' own autograd).
+        seen: a ``backward()`` has started, anywhere but in an optimizer's own autograd (in
+            an ``optimizer.step(closure)`` too, where ``calls`` does not count it).
         script_clip: the ``max_norm`` the script's own ``clip_grad_norm_`` clips at.
     """
 
@@ -47,6 +49,7 @@ class BackwardHooks(_autograd.BackwardListener):
         self.g = guard
         self.step = step
         self.calls = 0
+        self.seen = False
         self.script_clip: float | None = None
         self._live_checked = False  # the leaves' storage looked at (once: see _after_backward_step)
 
@@ -55,6 +58,7 @@ class BackwardHooks(_autograd.BackwardListener):
         if self.step.where is Where.OPTIMIZER:
             return  # the optimizer's own autograd calls are not the step's backward
         g = self.g
+        self.seen = self.seen or kind == "backward"
         g.recorder.backward(kind, roots, grads, inputs)
         g.recorder.hold()
         if g.recorder.incomplete and kind == "backward":

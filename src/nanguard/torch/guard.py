@@ -155,6 +155,11 @@ class Guard(GuardHandle):
         return self.bwd_hooks.calls
 
     @property
+    def training_started(self) -> bool:
+        """A step ended, or a ``backward()`` ran (in an ``optimizer.step(closure)`` too)."""
+        return bool(self.step or self.bwd_hooks.calls or self.bwd_hooks.seen)
+
+    @property
     def clip_norm(self) -> float | None:
         """The clipping threshold the script applies itself (its ``clip_grad_norm_``)."""
         return self.bwd_hooks.script_clip

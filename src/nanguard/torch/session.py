@@ -114,7 +114,7 @@ class TorchSession(GuardSession):
         program that only computes forward (a numerical loop, an inference script) is checked
         op by op from here on, until a training step ends. Said once on stderr."""
         g = self.guard
-        if g.step or g.backward_calls or self.trace or self._locator is not None:
+        if g.training_started or self.trace or self._locator is not None:
             return
         if _in_data_worker():
             # a DataLoader worker (a forked copy of the run) never steps: its batches are the
@@ -175,7 +175,7 @@ class TorchSession(GuardSession):
 
     def _unwatched_note(self) -> list[str]:
         g = self.guard
-        if g.step or g.backward_calls or g.findings:
+        if g.training_started or g.findings:
             return []
         if "nanguard.keras.session" in sys.modules:
             return []  # a Keras run with torch imported beside it: the Keras session speaks
@@ -200,7 +200,7 @@ class TorchSession(GuardSession):
         """As every session; a value made before any training step is named by the run of its
         line (``the 344th run of line 7``), not "step 0"."""
         g, f = self.guard, err.finding
-        if g.step == 0 and not g.backward_calls and f.framework == "torch":
+        if not g.training_started and f.framework == "torch":
             f.details.setdefault("before_training", True)
             calls = self.calls
             if calls is not None:
