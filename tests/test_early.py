@@ -93,25 +93,31 @@ def test_each_kind_is_said_once() -> None:
     assert [w.kind for w in _run(recs)] == ["weights-growing"]
 
 
-def _lr_run(lr: float, steps: int = 60) -> tuple[list[EarlyWarning], int | None, str]:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    x, y = torch.randn(64, 8), torch.randn(64, 1) * 3
-    err = io.StringIO()
-    step = None
+def _guarded_run(model: nn.Module, opt: torch.optim.Optimizer, loss: Any,
+                 steps: int) -> tuple[list[EarlyWarning], int | None, str]:
+    """``steps`` of zero_grad, ``loss().backward()``, ``opt.step()`` under an attached guard:
+    its early warnings, the step of its finding (or None) and what it printed on stderr."""
+    err, step = io.StringIO(), None
     guard = nanguard.attach(model, opt)
     try:
         with redirect_stderr(err):
             for _ in range(steps):
                 opt.zero_grad()
-                F.mse_loss(model(x) ** 2, y).backward()
+                loss().backward()
                 opt.step()
     except NonFiniteError as e:
         step = e.finding.step
     finally:
         guard.detach()
     return list(guard.controller.early.warnings), step, err.getvalue()
+
+
+def _lr_run(lr: float, steps: int = 60) -> tuple[list[EarlyWarning], int | None, str]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    x, y = torch.randn(64, 8), torch.randn(64, 1) * 3
+    return _guarded_run(model, opt, lambda: F.mse_loss(model(x) ** 2, y), steps)
 
 
 def test_a_diverging_torch_run_is_warned_before_its_first_nan() -> None:
@@ -132,19 +138,8 @@ def _embedding_run(make_opt: Any, steps: int = 6) -> tuple[list[EarlyWarning], i
     torch.manual_seed(0)
     emb, head = nn.Embedding(10, 4), nn.Linear(4, 1)
     opt = make_opt([{"params": emb.parameters()}, {"params": head.parameters()}])
-    err, step = io.StringIO(), None
-    guard = nanguard.attach(nn.Sequential(emb, head), opt)
-    try:
-        with redirect_stderr(err):
-            for _ in range(steps):
-                opt.zero_grad()
-                head(emb(torch.randint(0, 5, (8,)))).pow(2).mean().backward()
-                opt.step()
-    except NonFiniteError as e:
-        step = e.finding.step
-    finally:
-        guard.detach()
-    return list(guard.controller.early.warnings), step, err.getvalue()
+    return _guarded_run(nn.Sequential(emb, head), opt,
+                        lambda: head(emb(torch.randint(0, 5, (8,)))).pow(2).mean(), steps)
 
 
 def test_adam_with_eps_zero_is_warned_before_its_first_update() -> None:
