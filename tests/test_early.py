@@ -190,3 +190,60 @@ def test_a_skipped_nan_step_closes_the_warnings_of_a_torch_run() -> None:
     finally:
         guard.detach()
     assert guard.controller.early.closed and guard.total_notfinite == 1
+
+
+def test_weights_leaving_a_zero_initialisation_are_learning_not_growing() -> None:
+    """A logistic regression from zero weights: the norm grows ×2, ×1.5, ×1.33 (linearly, each
+    update about as large): the old rule said "×1.57 a step … float32 overflows at step ~205"."""
+    linear = [{"loss": 0.69 - 0.001 * i, "param_norm": 0.035 * i} for i in range(1, 40)]
+    assert _run(linear) == []
+    # SGD with momentum 0.9 from zero: the updates grow while the velocity builds, then settle
+    v, norm, momentum = 0.0, 0.0, []
+    for i in range(40):
+        v = 0.9 * v + 0.01
+        norm += v
+        momentum.append({"loss": 0.69 - 0.001 * i, "param_norm": norm})
+    assert _run(momentum) == []
+
+
+def test_a_saturating_rise_is_not_diverging_and_an_accelerating_one_is() -> None:
+    """An RL loss that follows longer episodes (×4, ×2, ×1.5, ×1.3: the rate falls off) against
+    the same start growing ×2.5 at each step."""
+    start = [{"loss": 5.0 - 0.01 * i, "grad_norm": 1.0} for i in range(10)]
+    saturating = [{"loss": 4.9 * f, "grad_norm": 2.0 * f} for f in (4, 8, 12, 15.6, 17)]
+    assert _run(start + saturating) == []
+    geometric = [{"loss": 4.9 * 2.5 ** k, "grad_norm": 2.0 * 2.5 ** k} for k in range(1, 6)]
+    kinds = [w.kind for w in _run(start + geometric)]
+    assert kinds == ["loss-diverging", "gradients-growing"]
+
+
+def test_a_loss_bouncing_below_where_the_run_started_is_not_diverging() -> None:
+    """A Keras CNN late in training: its batch loss rose 0.0018 → 0.145 over 4 batches, above the
+    50 before, yet far below the 2.3 it started at."""
+    recs = [{"loss": 2.3 * 0.9 ** i} for i in range(60)] + [{"loss": 0.001}]
+    recs += [{"loss": v} for v in (0.0018, 0.006, 0.03, 0.145)]
+    assert _run(recs) == []
+    recs += [{"loss": v} for v in (0.8, 3.0, 12.0)]  # past the start, still rising: diverging
+    (w,) = _run(recs)
+    assert (w.kind, w.step) == ("loss-diverging", 66)
+
+
+def test_weights_growing_slowly_and_steadily_are_warned_without_a_projection() -> None:
+    """×1.05 a step from step 0 (a MAP fit whose prior's sign is flipped): below the fast rules,
+    warned once it has held for 20 steps and doubled the norm (step 20: ×1.05^20 = 2.65)."""
+    recs = [{"loss": 1.0 + 0.01 * i, "param_norm": 3.0 * 1.05 ** i} for i in range(40)]
+    (w,) = _run(recs)
+    assert (w.kind, w.step, w.projected_step) == ("weights-growing", 20, None)
+    assert "grew at each of the last 20 steps, ×2.65 over them (×1.05 a step, not slowing" in w.message
+
+
+@pytest.mark.parametrize("shape", ["linear", "sqrt", "noisy"])
+def test_weights_growing_as_learning_does_are_not_warned(shape: str) -> None:
+    """Norms that rise at every step for a long time as healthy training makes them: linearly
+    (Adam from zero), as √t (no weight decay), or geometrically but only ×1.5 over 20 steps."""
+    g = torch.Generator().manual_seed(0)
+    noise = (1 + 0.002 * torch.rand(200, generator=g)).tolist()
+    norm = {"linear": lambda i: 0.01 * (i + 1), "sqrt": lambda i: (i + 1) ** 0.5,
+            "noisy": lambda i: 5.0 * 1.02 ** i * noise[i]}[shape]
+    recs = [{"loss": 1.0, "param_norm": norm(i)} for i in range(200 if shape != "noisy" else 21)]
+    assert _run(recs) == []

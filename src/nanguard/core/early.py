@@ -11,13 +11,23 @@ than of a spike (an edge-of-stability run's loss jumps and comes back within a s
 
 * ``weights-growing`` — the weight norm grew ×1.25 or more at each of the last 3 steps, or ×3
   over two such steps, or ×4 in one (a healthy run's weights move by a fraction of a percent);
+  or it grew at each of the last 20 steps, ×2 or more over them, at a rate that held (the newer
+  half's ≥ 0.9 of the older half's: ×1.05 a step from step 0, a prior's sign flipped; said
+  without a projected step, which the norm alone cannot give);
 * ``gradients-growing`` — the gradient norm grew ×1.5 or more at each of the last 4 steps and
   ×10 or more over them;
+
+  and for these two and the loss, the growth does not slow down over its window (the newer
+  half's rate in logs ≥ 3/4 of the older half's): weights leaving a zero initialisation grow
+  ×2, ×1.5, ×1.33 (linearly: learning, not divergence), and a loss that follows an RL agent's
+  longer episodes saturates;
 * ``updates-too-large`` — the update/weight ratio was 1 or more at each of the last 3 steps
   (healthy ≈ 1e-3: each update is as large as the weights themselves; an edge-of-stability
   run reaches 0.9 in its first steps);
 * ``loss-diverging`` — the loss grew at each of the last 4 steps, ×10 or more over them, or
-  ×10 or more at each of the last 3, to above every loss of the 50 healthy steps before;
+  ×10 or more at each of the last 3, to above every loss of the 50 healthy steps before and
+  above the run's first loss (a loss bouncing near its floor, 0.002 → 0.15, is not heading
+  for an overflow);
 * ``low-precision-headroom`` — in a float16 model, the loss or the gradient norm came within ×4
   of float16's largest value (65504): the adapter says which dtype the weights are in;
 * ``data-nonfinite`` — the data the run will read already holds a few NaN or Inf (a dataset's
@@ -56,12 +66,19 @@ KINDS = ("weights-growing", "gradients-growing", "updates-too-large", "loss-dive
          "low-precision-headroom", "data-nonfinite", "latent-hazard", "optimizer-eps-zero")
 #: the weight norm grew ×1.25 or more at each of the last k steps and this much over them
 WEIGHT_GROWTH, WEIGHT_TOTAL = 1.25, {1: 4.0, 2: 3.0, 3: 1.25 ** 3}
+#: or, slowly: it grew at each of the last 20 steps, ×2 or more over them, at a rate that held
+#: (:data:`SUSTAINED_SLOW`: linear growth over a doubling scores 0.71, geometric 1)
+WEIGHT_SLOW_STEPS, WEIGHT_SLOW_TOTAL, SUSTAINED_SLOW = 20, 2.0, 0.9
 HEADROOM = 4.0  # a float16 loss or gradient norm within this factor of 65504
 GRAD_GROWTH, GRAD_STEPS, GRAD_TOTAL = 1.5, 4, 10.0
 RATIO_HIGH, RATIO_STEPS = 1.0, 3
 LOSS_STEPS, LOSS_TOTAL, LOSS_CONTEXT = 4, 10.0, 50
 #: or ×10 or more at each of the last 3 steps (×1000 over them): a step sooner
 LOSS_FAST, LOSS_FAST_STEPS = 10.0, 3
+#: a growth is sustained when its rate over the newer half of the window is at least this part
+#: of its rate over the older half (in logs): geometric or accelerating growth, not a quantity
+#: leaving zero linearly (×2, ×1.5, ×1.33: 0.41) or a curve that saturates
+SUSTAINED = 0.75
 
 
 @dataclass
@@ -166,6 +183,17 @@ def _ratios(vals: list[float]) -> list[float]:
     return [b / a for a, b in itertools.pairwise(vals)]
 
 
+def _sustained(ratios: list[float], part: float = SUSTAINED) -> bool:
+    """The growth ``ratios`` (each > 1) do not slow down: the newer half's mean log-rate is at
+    least ``part`` × the older half's (one ratio alone is sustained)."""
+    h = len(ratios) // 2
+    if h == 0:
+        return True
+    older = math.fsum(math.log(r) for r in ratios[:h]) / h
+    newer = math.fsum(math.log(r) for r in ratios[-h:]) / h
+    return newer >= part * older
+
+
 def _overflow_step(step: int, value: float, rate: float, power: float = 1.0) -> int | None:
     """The step ``value`` growing ×``rate`` a step reaches float32's largest value; ``power``:
     what overflows grows as ``value ** power`` (a loss quadratic in the weights)."""
@@ -184,6 +212,9 @@ class EarlyWarnings:
         self.low_max: float | None = None
         self.low_dtype = "float16"
         self._loss_rises = 0  # consecutive steps the loss rose, up to the newest
+        self._first_loss: float | None = None  # the run's first finite loss
+        self._weight_rises = 0  # consecutive steps the (known) weight norm rose
+        self._weight_seen = -1  # the step of the newest weight norm counted
         self._last_seen = -1
         self.on_warning = on_warning
         self._said: set[str] = set()
@@ -204,8 +235,8 @@ class EarlyWarnings:
         if not self._may_warn(history):
             return []  # nothing grew at the newest step: the usual case, a few comparisons
         recs = _recent(history, LOSS_STEPS + 1)
-        new = [w for w in (self._weights(recs), self._gradients(recs), self._updates(recs),
-                           self._loss(history, recs), self._headroom(recs))
+        new = [w for w in (self._weights(recs) or self._weights_slowly(history), self._gradients(recs),
+                           self._updates(recs), self._loss(history, recs), self._headroom(recs))
                if w is not None and w.kind not in self._said]
         return [w for w in new if self.add(w)]
 
@@ -234,6 +265,8 @@ class EarlyWarnings:
                 else:
                     older = r
                     break
+        if self._first_loss is None and newest.loss is not None and math.isfinite(newest.loss):
+            self._first_loss = max(0.0, newest.loss)
         if prev is not None and newest.step != self._last_seen:  # once per step, however often asked
             self._last_seen = newest.step
             rose = _grew(prev.loss, newest.loss, 1.0)
@@ -241,7 +274,12 @@ class EarlyWarnings:
         if prev is None:
             return False
         w_new, w_old = (newest, prev) if newest.param_norm is not None else (prev, older)
+        if w_old is not None and w_new.step != self._weight_seen:
+            self._weight_seen = w_new.step
+            up = _grew(w_old.param_norm, w_new.param_norm, 1.0)
+            self._weight_rises = self._weight_rises + 1 if up else 0
         return (self._loss_rises >= LOSS_FAST_STEPS
+                or self._weight_rises >= WEIGHT_SLOW_STEPS
                 or (w_old is not None and _grew(w_old.param_norm, w_new.param_norm, WEIGHT_GROWTH))
                 or _grew(prev.grad_norm, newest.grad_norm, GRAD_GROWTH)
                 or (w_new.update_ratio or 0.0) >= RATIO_HIGH
@@ -254,9 +292,32 @@ class EarlyWarnings:
         for k, total in WEIGHT_TOTAL.items():
             tail = recs[-(k + 1):]
             vals = _values(tail, "param_norm") if len(tail) == k + 1 else None
-            if vals is not None and min(_ratios(vals)) >= WEIGHT_GROWTH and vals[-1] / vals[0] >= total:
+            if (vals is not None and min(_ratios(vals)) >= WEIGHT_GROWTH
+                    and vals[-1] / vals[0] >= total and _sustained(_ratios(vals))):
                 return self._weights_warning(tail, vals, k)
         return None
+
+    def _weights_slowly(self, history: History) -> EarlyWarning | None:
+        """Steady growth below the fast rules: ×1.05 a step from step 0 overflows within ~1,800
+        steps of a norm of 1, and sooner in what the weights feed (``exp(w)``, ``w**2``): said
+        without a projection, which the norm alone cannot make."""
+        if self._weight_rises < WEIGHT_SLOW_STEPS or "weights-growing" in self._said:
+            return None
+        tail = _known(_recent(history, WEIGHT_SLOW_STEPS + 2), "param_norm")[-(WEIGHT_SLOW_STEPS + 1):]
+        vals = _values(tail, "param_norm") if len(tail) == WEIGHT_SLOW_STEPS + 1 else None
+        # steady: not slowing (linear, √t), and not one jump at its end (the fast rules' case)
+        if (vals is None or min(_ratios(vals)) <= 1.0 or vals[-1] / vals[0] < WEIGHT_SLOW_TOTAL
+                or not _sustained(_ratios(vals), SUSTAINED_SLOW)
+                or not _sustained(_ratios(vals)[::-1], 0.5)):
+            return None
+        rate, step = (vals[-1] / vals[0]) ** (1 / WEIGHT_SLOW_STEPS), tail[-1].step
+        return EarlyWarning(step, "weights-growing",
+                            f"the weight norm grew at each of the last {WEIGHT_SLOW_STEPS} steps, "
+                            f"×{vals[-1] / vals[0]:.3g} over them (×{rate:.3g} a step, not slowing: "
+                            f"{vals[0]:.3g} → {vals[-1]:.3g})",
+                            [f"|w| at steps {tail[0].step}–{step}: "
+                             + ", ".join(f"{v:.3g}" for v in vals[::4])
+                             + ("" if WEIGHT_SLOW_STEPS % 4 == 0 else f", {vals[-1]:.3g}")])
 
     def _weights_warning(self, tail: list[StepRecord], vals: list[float], k: int) -> EarlyWarning:
         rate = (vals[-1] / vals[0]) ** (1 / k)
@@ -270,7 +331,8 @@ class EarlyWarnings:
     def _gradients(self, recs: list[StepRecord]) -> EarlyWarning | None:
         tail = recs[-(GRAD_STEPS + 1):]
         vals = _values(tail, "grad_norm") if len(tail) == GRAD_STEPS + 1 else None
-        if vals is None or min(_ratios(vals)) < GRAD_GROWTH or vals[-1] / vals[0] < GRAD_TOTAL:
+        if (vals is None or min(_ratios(vals)) < GRAD_GROWTH or vals[-1] / vals[0] < GRAD_TOTAL
+                or not _sustained(_ratios(vals))):
             return None
         rate = (vals[-1] / vals[0]) ** (1 / GRAD_STEPS)
         step = tail[-1].step
@@ -313,7 +375,8 @@ class EarlyWarnings:
                                (LOSS_STEPS, 1.0, LOSS_TOTAL)):
             tail = recs[-(k + 1):]
             vals = _values(tail, "loss") if len(tail) == k + 1 else None
-            if vals is not None and min(_ratios(vals)) > each and vals[-1] / vals[0] >= total:
+            if (vals is not None and min(_ratios(vals)) > each and vals[-1] / vals[0] >= total
+                    and _sustained(_ratios(vals))):
                 return self._loss_warning(history, tail, vals, k)
         return None
 
@@ -322,6 +385,8 @@ class EarlyWarnings:
         before = history.series("loss", LOSS_CONTEXT + k + 1)[:-(k + 1)]
         if before and vals[-1] <= max(before):
             return None  # no higher than the run has been: a spike it came back from before
+        if self._first_loss is not None and vals[-1] <= self._first_loss:
+            return None  # below where the run started: a loss bouncing near its floor
         rate = (vals[-1] / vals[0]) ** (1 / k)
         step = tail[-1].step
         return EarlyWarning(step, "loss-diverging",
