@@ -134,7 +134,9 @@ def test_low_precision_overflow() -> None:
     d = precision.low_precision_overflow(c)
     assert d is not None and d.cause is Cause.LOW_PRECISION_OVERFLOW
     assert d.evidence[1] == "in float32 the same op gives values up to 7.1e+04, above the float16 maximum 6.55e+04"
-    assert d.fixes[1] == "model.fc1.float()  # run this module in float32"
+    assert d.fixes[1] == "model.fc1.float()  # run `fc1` in float32"
+    # a forward overflow: a loss scale moves gradients only, so no GradScaler is suggested
+    assert len(d.fixes) == 2 and not any("GradScaler" in f for f in d.fixes)
     # finite in float32 but below the float16 maximum (an overflow inside the op): no false "above"
     below = replace(c.ev.headroom, float32_absmax=100.0)
     inside = precision.low_precision_overflow(replace(c, ev=replace(c.ev, headroom=below)))
@@ -144,6 +146,27 @@ def test_low_precision_overflow() -> None:
     overflow32 = replace(c, ev=replace(c.ev, headroom=replace(c.ev.headroom, float32_finite=False,
                                                                float32_absmax=None)))
     assert precision.low_precision_overflow(overflow32) is None
+
+
+def test_low_precision_fixes_are_python_and_fit_the_run() -> None:
+    """The module as Python (``model.0`` is a syntax error), the op outside any module named with
+    its line, and a GradScaler only for a backward overflow in a script that has none."""
+    c = cases("torch")["low_precision_overflow"]
+    seq = precision.low_precision_overflow(replace(c, ev=replace(c.ev, module="0")))
+    assert seq is not None and seq.fixes[1] == "model[0].float()  # run `0` in float32"
+    deep = precision.low_precision_overflow(replace(c, ev=replace(c.ev, module="enc.layers.3.attn")))
+    assert deep is not None and deep.fixes[1].startswith("model.enc.layers[3].attn.float()")
+    for fix in (seq.fixes[1], deep.fixes[1]):
+        compile(fix, "<fix>", "exec")
+    loose = precision.low_precision_overflow(replace(c, ev=replace(c.ev, module=None, op="aten.exp.default",
+                                                                   source="train.py:12")))
+    assert loose is not None
+    assert loose.fixes[1] == "torch.exp(x.float())  # `exp` at train.py:12 in float32, x: its input"
+    back = replace(c, ev=replace(c.ev, phase="backward"))
+    d = precision.low_precision_overflow(back)
+    assert d is not None and d.fixes[-1] == "scaler = torch.amp.GradScaler()  # for float16 gradients"
+    scaled = precision.low_precision_overflow(replace(back, ctx=replace(back.ctx, loss_scaler=True)))
+    assert scaled is not None and not any("GradScaler" in f for f in scaled.fixes)
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,8 @@ class RunContext:
     scheduler: str | None = None  # the class name of an LR scheduler on that optimizer
     #: the guard's own back-off, already in ``hyper["lr"]`` (the script passed ``lr / lr_scale``)
     lr_scale: float = 1.0
+    #: the script scales its loss itself (a ``GradScaler``, a ``LossScaleOptimizer``)
+    loss_scaler: bool = False
     #: module path -> (growth of the gradient per call going back, calls at which it overflows):
     #: the recurrences the hazard look measured growing on its sampled early steps
     recurrences: dict[str, tuple[float, float]] = field(default_factory=dict)

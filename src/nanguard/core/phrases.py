@@ -73,7 +73,8 @@ class InitPhrases:
 
 @dataclass(frozen=True)
 class PrecisionPhrases:
-    """Fixes for low precision (templates: module, module_type)."""
+    """Fixes for low precision (templates: module, module_type, module_expr — the module as
+    Python, ``[0].attn``; call, op and where for an op outside any module)."""
 
     wider_dtype_for_float16: str
     wider_dtype: str
@@ -241,8 +242,8 @@ TORCH = Phrasebook(
             "with torch.autocast(x.device.type, dtype=torch.bfloat16):  # bf16 has float32's range"
         ),
         wider_dtype="model.float()  # keep this part in float32",
-        module_in_float32="model.{module}.float()  # run this module in float32",
-        cast_to_float32="x.float()",
+        module_in_float32="model{module_expr}.float()  # run `{module}` in float32",
+        cast_to_float32="{call}  # `{op}`{where} in float32, x: its input",
         loss_scaler="scaler = torch.amp.GradScaler()  # for float16 gradients",
     ),
     singular=SingularPhrases(
@@ -336,7 +337,7 @@ KERAS = Phrasebook(
         ),
         wider_dtype='keras.mixed_precision.set_global_policy("mixed_bfloat16")  # bfloat16 has float32\'s range',
         module_in_float32="keras.layers.{module_type}(..., dtype='float32')  # run `{module}` in float32",
-        cast_to_float32="keras.ops.cast(x, 'float32')",
+        cast_to_float32="keras.ops.cast(x, 'float32')  # `{op}`{where} in float32, x: its input",
         loss_scaler="optimizer = keras.optimizers.LossScaleOptimizer(optimizer)  # for float16 gradients",
     ),
     singular=SingularPhrases(

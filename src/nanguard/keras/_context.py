@@ -85,6 +85,7 @@ def run_context(guard: KerasGuard, state: GuardState | None = None) -> RunContex
         kept=kept_args(opt),
         clip_norm=clip if clip is not None else guard.recovery_state.clip_norm,
         num_params=n,
+        loss_scaler=type(opt).__name__ == "LossScaleOptimizer",
     )
 
 

@@ -78,6 +78,7 @@ def run_context(watch: WatchSet, actuator: Actuator, controller: StepController,
         num_params=sum(p.numel() for p in params) or None,
         scheduler=type(scheds[0]).__name__ if scheds else None,
         lr_scale=state.lr_scale,
+        loss_scaler=bool(actuator.scalers_all()),
         recurrences=dict(recurrences or {}),
     )
 

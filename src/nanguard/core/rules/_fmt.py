@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["above_max", "nice_lr", "num"]
+__all__ = ["above_max", "module_expr", "nice_lr", "num", "op_call"]
 
 
 def num(x: float | None) -> str:
@@ -38,3 +38,35 @@ def above_max(f32: float, dtype: str, top: float) -> str:
         digits += 1
     return (f"in float32 the same op gives values up to {f32:.{digits}g}, above the {dtype} maximum "
             f"{top:.{digits}g}")
+
+
+def module_expr(path: str) -> str:
+    """A module path as Python that reaches it from the model: ``"0"`` → ``"[0]"``,
+    ``"encoder.layers.3.attn"`` → ``".encoder.layers[3].attn"`` (``model.0`` is a syntax error);
+    a part that is no identifier goes through ``get_submodule``."""
+    out = ""
+    for part in path.split("."):
+        if part.isdigit():
+            out += f"[{part}]"
+        elif part.isidentifier():
+            out += f".{part}"
+        else:
+            return f".get_submodule({path!r})"
+    return out
+
+
+#: aten ops that overflow in low precision and are torch functions of the same name
+_TORCH_FUNCTIONS = frozenset({
+    "exp", "expm1", "pow", "mul", "add", "sub", "div", "sum", "mean", "prod", "cumsum", "cumprod",
+    "matmul", "mm", "bmm", "square", "norm", "var", "std", "sinh", "cosh", "softmax", "log_softmax",
+    "logsumexp", "einsum",
+})
+
+
+def op_call(op: str | None) -> str | None:
+    """The torch function an aten op is (``"aten.exp.default"`` → ``"exp"``,
+    ``"aten._softmax.default"`` → ``"softmax"``), when it is one a script calls."""
+    if not op or not op.startswith("aten."):
+        return None
+    name = op.split(".")[1].strip("_")
+    return name if name in _TORCH_FUNCTIONS else None
