@@ -3,6 +3,8 @@ arguments (momentum, weight decay, betas), taken from the live optimizer, and co
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,7 +16,7 @@ from nanguard import Cause, NonFiniteError
 
 def _code_lines(fixes: list[str]) -> list[str]:
     """The fixes written as Python (an assignment or a call of torch's), not advice in words."""
-    return [f for f in fixes if f.startswith(("optimizer =", "scheduler =", "torch.", "y = "))]
+    return [f for f in fixes if f.startswith(("optimizer =", "opt =", "scheduler =", "torch.", "y = "))]
 
 
 def test_a_learning_rate_fix_keeps_momentum_and_weight_decay_and_compiles() -> None:
@@ -30,7 +32,7 @@ def test_a_learning_rate_fix_keeps_momentum_and_weight_decay_and_compiles() -> N
     d = info.value.diagnosis
     assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
     first = d.fixes[0]
-    assert first.startswith("optimizer = torch.optim.SGD(model.parameters(), lr=")
+    assert first.startswith("opt = torch.optim.SGD(model.parameters(), lr=")  # the script's names
     assert first.split("  #")[0].endswith(", momentum=0.9, weight_decay=0.0001)"), first
     for line in _code_lines(d.fixes):
         compile(line, "<fix>", "exec")
@@ -48,7 +50,7 @@ def test_an_optimizer_with_its_defaults_is_suggested_as_it_was_written() -> None
 def test_every_optimizer_line_of_the_phrasebooks_compiles() -> None:
     from nanguard.core.phrases import KERAS, TORCH
 
-    kw = {"opt": "SGD", "lr": "0.001", "kept": ", momentum=0.9", "was": "  # was 0.1", "clip": "3",
+    kw = {"optvar": "opt", "params": "net.parameters()", "opt": "SGD", "lr": "0.001", "kept": ", momentum=0.9", "was": "  # was 0.1", "clip": "3",
           "sched": "StepLR", "peak": "0.01", "top": "0.1"}
     for book in (TORCH, KERAS):
         lr = book.lr
@@ -56,7 +58,7 @@ def test_every_optimizer_line_of_the_phrasebooks_compiles() -> None:
                  *(lr.lr_fixes_scheduled or ()), *(lr.lr_fixes_cyclic or ()), *(lr.lr_fixes_varying or ())]
         for template in lines:
             text = template.format(**kw)
-            if text.startswith(("optimizer =", "scheduler =", "torch.", "peak_lr")):
+            if text.startswith(("opt =", "scheduler =", "torch.", "peak_lr")):
                 compile(text.replace("...", "None"), "<fix>", "exec")
 
 
@@ -66,3 +68,57 @@ def test_a_keras_optimizer_line_keeps_its_own_arguments() -> None:
 
     assert kept_args(keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)) == {"momentum": 0.9}
     assert kept_args(keras.optimizers.Adam(learning_rate=0.1)) == {}
+
+
+def _diverge(opt: torch.optim.Optimizer, loss: Any) -> Any:
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(optimizer=opt):
+        for _ in range(60):
+            opt.zero_grad()
+            loss().backward()
+            opt.step()
+    return info.value.diagnosis
+
+
+def test_a_fix_names_the_scripts_own_optimizer_and_model() -> None:
+    """``opt`` and ``net`` in the script: the suggested lines say ``opt = …(net.parameters(), …)``
+    and clip ``net.parameters()``, and compile."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(net.parameters(), lr=5.0, momentum=0.9)
+    x, y = torch.randn(64, 8), torch.randn(64, 1) * 3
+    d = _diverge(opt, lambda: F.mse_loss(net(x), y))
+    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
+    assert d.fixes[0].startswith("opt = torch.optim.SGD(net.parameters(), lr="), d.fixes
+    assert any(f.startswith("torch.nn.utils.clip_grad_norm_(net.parameters(),") for f in d.fixes), d.fixes
+    for line in _code_lines(d.fixes):
+        compile(line, "<fix>", "exec")
+
+
+class _ActorCritic:
+    """Two optimizers on two modules, kept as attributes (SAC/TD3-like)."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.actor, self.critic = nn.Linear(4, 2), nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 1))
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=1e-3)
+        self.critic_opt = torch.optim.SGD(self.critic.parameters(), lr=8.0)
+
+    def train(self) -> Any:
+        s, q = torch.randn(32, 4), torch.randn(32, 1) * 10
+        return _diverge(self.critic_opt, lambda: F.mse_loss(self.critic(torch.cat([s, self.actor(s)], 1)), q))
+
+
+def test_with_two_optimizers_the_fix_names_the_one_that_failed_and_its_module() -> None:
+    d = _ActorCritic().train()
+    assert d is not None
+    line = next(f for f in d.fixes if "torch.optim." in f)
+    assert line.startswith("self.critic_opt = torch.optim.SGD(self.critic.parameters(), lr="), d.fixes
+
+
+def test_names_not_found_keep_the_generic_words() -> None:
+    from nanguard.torch._script_names import script_names
+
+    m = nn.Linear(2, 2)
+    assert script_names(torch.optim.SGD([*m.parameters()][:1], lr=0.1)) == {}  # a bare temporary
+    kept = torch.optim.SGD(m.parameters(), lr=0.1)
+    assert script_names(kept) == {"optimizer": "kept", "params": "m.parameters()"}

@@ -43,6 +43,8 @@ class RunContext:
     scheduler: str | None = None  # the class name of an LR scheduler on that optimizer
     #: the guard's own back-off, already in ``hyper["lr"]`` (the script passed ``lr / lr_scale``)
     lr_scale: float = 1.0
+    #: the script's own names: ``optimizer`` (``"opt"``) and ``params`` (``"net.parameters()"``)
+    names: dict[str, str] = field(default_factory=dict)
     #: the script scales its loss itself (a ``GradScaler``, a ``LossScaleOptimizer``)
     loss_scaler: bool = False
     #: module path -> (growth of the gradient per call going back, calls at which it overflows):
@@ -148,6 +150,13 @@ class Case:
     def opt(self) -> str:
         """The optimizer's class name (``SGD`` when not known)."""
         return self.ctx.optimizer or "SGD"
+
+    @property
+    def names(self) -> dict[str, str]:
+        """``optvar`` and ``params`` for a suggested line: the script's own names for its
+        optimizer and the module it updates, where they were found."""
+        return {"optvar": self.ctx.names.get("optimizer", "optimizer"),
+                "params": self.ctx.names.get("params", "model.parameters()")}
 
     def kept(self, *drop: str) -> str:
         """``", momentum=0.9, weight_decay=0.0001"``: the script's own optimizer arguments, for a

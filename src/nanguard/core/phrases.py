@@ -4,7 +4,8 @@ A rule never writes ``torch.`` or ``keras.`` itself: it takes the phrase from th
 :class:`Phrasebook` (``case.say``), :data:`TORCH` or :data:`KERAS`. The fixes are grouped by what
 they fix (``say.data``, ``say.masks``, ``say.lr``, ``say.init``, ``say.precision``,
 ``say.singular``). A phrase with ``{name}`` fields is a template
-(``say.lr.new_lr.format(opt="Adam", lr="1e-3")``); the others are used as they are. A ``None``
+(``say.lr.new_lr.format(opt="Adam", lr="1e-3", **case.names)``: the lr phrases name the script's
+optimizer ``{optvar}`` and its parameters ``{params}``); the others are used as they are. A ``None``
 phrase means the framework has no such fix (the rule leaves it out).
 """
 
@@ -157,7 +158,7 @@ def _phrases(book: Any) -> list[str]:
 
 
 _TORCH_CLIP = (
-    "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={clip})  # before optimizer.step()"
+    "torch.nn.utils.clip_grad_norm_({params}, max_norm={clip})  # before {optvar}.step()"
 )
 
 #: PyTorch: ``torch``, ``nn``, ``F`` (``torch.nn.functional``)
@@ -188,40 +189,40 @@ TORCH = Phrasebook(
         ),
     ),
     lr=LrPhrases(
-        new_lr="optimizer = torch.optim.{opt}(model.parameters(), lr={lr}{kept})",
+        new_lr="{optvar} = torch.optim.{opt}({params}, lr={lr}{kept})",
         clip_by_value=(
-            "torch.nn.utils.clip_grad_value_(model.parameters(), clip_value=1.0)"
+            "torch.nn.utils.clip_grad_value_({params}, clip_value=1.0)"
             "  # element-wise first: no norm to overflow"
         ),
-        eps_fix="optimizer = torch.optim.{opt}(model.parameters(), lr={lr}, eps=1e-8{kept})",
+        eps_fix="{optvar} = torch.optim.{opt}({params}, lr={lr}, eps=1e-8{kept})",
         lr_fixes=(
-            "optimizer = torch.optim.{opt}(model.parameters(), lr={lr}{kept}){was}",
+            "{optvar} = torch.optim.{opt}({params}, lr={lr}{kept}){was}",
             _TORCH_CLIP,
-            "scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=0.1, total_iters=500)  # warmup",
+            "scheduler = torch.optim.lr_scheduler.LinearLR({optvar}, start_factor=0.1, total_iters=500)  # warmup",
         ),
         lr_fixes_cyclic=(
             "lower the peak of your `{sched}`: max_lr={peak} (it reached {top}), its other arguments as they are",
             _TORCH_CLIP,
         ),
         lr_fixes_scheduled=(
-            "optimizer = torch.optim.{opt}(model.parameters(), lr={lr}{kept})  # `{sched}` scales this base "
+            "{optvar} = torch.optim.{opt}({params}, lr={lr}{kept})  # `{sched}` scales this base "
             "learning rate; it reached {top}",
             _TORCH_CLIP,
         ),
         lr_fixes_varying=(
             "peak_lr = {peak}  # your schedule reached {top}: scale its peak down\n"
-            "for g in optimizer.param_groups:\n    g['lr'] = min(g['lr'], peak_lr)  # each step, after your schedule",
+            "for g in {optvar}.param_groups:\n    g['lr'] = min(g['lr'], peak_lr)  # each step, after your schedule",
             _TORCH_CLIP,
         ),
         explode_fixes=(
-            "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={clip})  # after backward(), before step()",
-            "optimizer = torch.optim.{opt}(model.parameters(), lr={lr}{kept})",
+            "torch.nn.utils.clip_grad_norm_({params}, max_norm={clip})  # after backward(), before step()",
+            "{optvar} = torch.optim.{opt}({params}, lr={lr}{kept})",
         ),
         recurrent_fix="use nn.LSTM/nn.GRU instead of a plain nn.RNN, and truncate backpropagation through time",
         scale_targets=(
             "y = (y - y.mean()) / y.std()  # scale the targets (and x the same way); undo it on predictions"
         ),
-        weight_decay_fix=("optimizer = torch.optim.{opt}(model.parameters(), lr={lr}, weight_decay={wd}{kept})"
+        weight_decay_fix=("{optvar} = torch.optim.{opt}({params}, lr={lr}, weight_decay={wd}{kept})"
                           "  # was weight_decay={was}"),
     ),
     init=InitPhrases(
@@ -303,25 +304,25 @@ KERAS = Phrasebook(
         ),
     ),
     lr=LrPhrases(
-        new_lr="optimizer = keras.optimizers.{opt}(learning_rate={lr}{kept})",
+        new_lr="{optvar} = keras.optimizers.{opt}(learning_rate={lr}{kept})",
         clip_by_value=(
-            "optimizer = keras.optimizers.{opt}(learning_rate=..., clipvalue=1.0)"
+            "{optvar} = keras.optimizers.{opt}(learning_rate=..., clipvalue=1.0)"
             "  # element-wise first: no norm to overflow"
         ),
-        eps_fix="optimizer = keras.optimizers.{opt}(learning_rate={lr}, epsilon=1e-7{kept})",
+        eps_fix="{optvar} = keras.optimizers.{opt}(learning_rate={lr}, epsilon=1e-7{kept})",
         lr_fixes=(
-            "optimizer = keras.optimizers.{opt}(learning_rate={lr}{kept}){was}",
-            "optimizer = keras.optimizers.{opt}(learning_rate={lr}, global_clipnorm={clip}{kept})",
+            "{optvar} = keras.optimizers.{opt}(learning_rate={lr}{kept}){was}",
+            "{optvar} = keras.optimizers.{opt}(learning_rate={lr}, global_clipnorm={clip}{kept})",
         ),
         lr_fixes_cyclic=None,
         lr_fixes_scheduled=None,
         lr_fixes_varying=None,
-        explode_fixes=("optimizer = keras.optimizers.{opt}(learning_rate=..., global_clipnorm={clip})",),
+        explode_fixes=("{optvar} = keras.optimizers.{opt}(learning_rate=..., global_clipnorm={clip})",),
         recurrent_fix=None,
         scale_targets=(
             "y = (y - y.mean()) / y.std()  # scale the targets (or keras.layers.Normalization for the inputs)"
         ),
-        weight_decay_fix=("optimizer = keras.optimizers.{opt}(learning_rate={lr}, weight_decay={wd}{kept})"
+        weight_decay_fix=("{optvar} = keras.optimizers.{opt}(learning_rate={lr}, weight_decay={wd}{kept})"
                           "  # was weight_decay={was}"),
     ),
     init=InitPhrases(

@@ -25,6 +25,7 @@ from ..core.trials import Fix, Trial, combine_ranks
 from . import _dist
 from ._backend import Actuator
 from ._recorder import Event
+from ._script_names import script_names
 from ._watched import HYPER, WatchSet, opt_params, plain
 from .watch import NormCheck
 
@@ -79,6 +80,7 @@ def run_context(watch: WatchSet, actuator: Actuator, controller: StepController,
         scheduler=type(scheds[0]).__name__ if scheds else None,
         lr_scale=state.lr_scale,
         loss_scaler=bool(actuator.scalers_all()),
+        names=script_names(opt),
         recurrences=dict(recurrences or {}),
     )
 

@@ -44,6 +44,7 @@ def lr_fixes(case: Case) -> list[str]:
     top = max([*trend.lrs, lr or 0.0])
     user = ctx.user_lr
     kw = {
+        **case.names,
         "opt": case.opt,
         "lr": nice_lr(low) if low else "1e-3",
         "kept": case.kept(),
@@ -69,6 +70,7 @@ def explode_fixes(case: Case) -> list[str]:
     """Clipping at a threshold from the calm part of the history, and a lower learning rate."""
     low = lower_lr(case)
     kw = {
+        **case.names,
         "opt": case.opt,
         "clip": f"{case.trend.clip_threshold:g}",
         "lr": nice_lr(low) if low else "1e-3",

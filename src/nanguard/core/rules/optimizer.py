@@ -39,13 +39,13 @@ def clip_norm_overflowed(case: Case) -> Diagnosis | None:
     if ev.largest_input:
         lines.append(f"single gradient entries reached {num(ev.largest_input)}")
     fixes = [
-        say.lr.clip_by_value.format(opt=case.opt),
+        say.lr.clip_by_value.format(opt=case.opt, **case.names),
         "check what scales the loss this much (a loss summed instead of averaged, a loss scale, "
         "an unnormalised target)",
     ]
     lr = case.ctx.lr
     if lr:
-        fixes.append(say.lr.new_lr.format(opt=case.opt, lr=nice_lr(lr / 4), kept=case.kept()))
+        fixes.append(say.lr.new_lr.format(opt=case.opt, lr=nice_lr(lr / 4), kept=case.kept(), **case.names))
     return Diagnosis(
         Cause.EXPLODING_GRADIENTS, 0.85, f"the gradient norm overflowed inside {say.clip_norm_fn}",
         lines, fixes,
@@ -121,7 +121,7 @@ def optimizer_made_nonfinite(case: Case) -> Diagnosis | None:
     return Diagnosis(
         Cause.OPTIMIZER_STATE, 0.9 if zero_eps else 0.75,
         f"`{say.opt_call.format(opt=case.opt)}` turned finite gradients into non-finite weights",
-        lines, [say.lr.eps_fix.format(opt=case.opt, lr=num(lr) if lr else "...",
+        lines, [say.lr.eps_fix.format(**case.names, opt=case.opt, lr=num(lr) if lr else "...",
                                      kept=case.kept("eps", "epsilon"))],
     )
 
@@ -176,7 +176,7 @@ def decay_too_strong(case: Case) -> Diagnosis | None:
     if w is not None and w.factor >= 2:
         lines.append(f"the weight norm grew {num(w.factor)}x over the last {case.trend.window} steps: "
                      f"{num(w.first)} → {num(w.last)}")
-    fix = say.lr.weight_decay_fix.format(opt=case.opt, lr=num(ctx.user_lr or lr), wd=nice_lr(_WD_TARGET / lr),
+    fix = say.lr.weight_decay_fix.format(**case.names, opt=case.opt, lr=num(ctx.user_lr or lr), wd=nice_lr(_WD_TARGET / lr),
                                          was=num(wd), kept=case.kept("weight_decay"))
     return Diagnosis(
         Cause.LEARNING_RATE_TOO_HIGH, 0.85,
