@@ -122,3 +122,22 @@ def test_names_not_found_keep_the_generic_words() -> None:
     assert script_names(torch.optim.SGD([*m.parameters()][:1], lr=0.1)) == {}  # a bare temporary
     kept = torch.optim.SGD(m.parameters(), lr=0.1)
     assert script_names(kept) == {"optimizer": "kept", "params": "m.parameters()"}
+
+
+def test_a_learning_rate_from_a_command_line_flag_is_changed_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``train.py --lr 5``: the fix is the flag, as the user set it, not an optimizer line the
+    flag feeds; a flag with another value is not taken for it."""
+    from nanguard.core.flags import lr_flag
+
+    assert lr_flag(5.0, ["--lr=5"]) == ("--lr", "5")
+    assert lr_flag(5.0, ["--base-learning-rate", "5.0"]) == ("--base-learning-rate", "5.0")
+    assert lr_flag(5.0, ["--layers", "5", "--lr", "0.1"]) is None
+    monkeypatch.setattr("sys.argv", ["train.py", "--epochs", "3", "--lr", "5"])
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(net.parameters(), lr=5.0)
+    x, y = torch.randn(64, 8), torch.randn(64, 1) * 3
+    d = _diverge(opt, lambda: F.mse_loss(net(x), y))
+    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
+    assert d.fixes[0].startswith("run it again with `--lr "), d.fixes
+    assert d.fixes[0].endswith("(it was `--lr 5`): your learning rate comes from the command line")

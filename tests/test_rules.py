@@ -305,6 +305,10 @@ def test_learning_rate_fixes_follow_the_schedule() -> None:
         "optimizer = keras.optimizers.SGD(learning_rate=0.25)  # was 10",
         "optimizer = keras.optimizers.SGD(learning_rate=0.25, global_clipnorm=2)",
     ]
+    flagged = replace(k, ctx=replace(k.ctx, argv=("--learning_rate", "10", "--epochs", "3")))
+    assert overflow.updates_too_large(flagged).fixes[0] == (  # type: ignore[union-attr]
+        "run it again with `--learning_rate 0.25` (it was `--learning_rate 10`): your learning rate comes "
+        "from the command line")
 
 
 def test_shrinking_weights_are_not_said_to_grow() -> None:

@@ -45,6 +45,8 @@ class RunContext:
     lr_scale: float = 1.0
     #: the script's own names: ``optimizer`` (``"opt"``) and ``params`` (``"net.parameters()"``)
     names: dict[str, str] = field(default_factory=dict)
+    #: the arguments the script was given (``sys.argv[1:]``): a learning rate set by a flag
+    argv: tuple[str, ...] = ()
     #: the script scales its loss itself (a ``GradScaler``, a ``LossScaleOptimizer``)
     loss_scaler: bool = False
     #: module path -> (growth of the gradient per call going back, calls at which it overflows):

@@ -61,6 +61,9 @@ class LrPhrases:
     scale_targets: str
     #: a weight decay too strong for the learning rate (templates: opt, lr, wd, was, kept)
     weight_decay_fix: str | None = None
+    #: a learning rate the script took from its command line (templates: flag, lr, was)
+    lr_flag_fix: str = ("run it again with `{flag} {lr}` (it was `{flag} {was}`): your learning rate "
+                        "comes from the command line")
 
 
 @dataclass(frozen=True)

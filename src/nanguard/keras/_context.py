@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -86,6 +87,7 @@ def run_context(guard: KerasGuard, state: GuardState | None = None) -> RunContex
         clip_norm=clip if clip is not None else guard.recovery_state.clip_norm,
         num_params=n,
         loss_scaler=type(opt).__name__ == "LossScaleOptimizer",
+        argv=tuple(sys.argv[1:]),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +82,7 @@ def run_context(watch: WatchSet, actuator: Actuator, controller: StepController,
         lr_scale=state.lr_scale,
         loss_scaler=bool(actuator.scalers_all()),
         names=script_names(opt),
+        argv=tuple(sys.argv[1:]),
         recurrences=dict(recurrences or {}),
     )
 

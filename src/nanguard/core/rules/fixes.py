@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from ..case import Case
+from ..flags import lr_flag
 from ..trials import TARGET_RATIO
 from ._fmt import nice_lr, num
 
@@ -63,7 +64,12 @@ def lr_fixes(case: Case) -> list[str]:
         # the learning rate changed from step to step: a schedule (perhaps written by hand,
         # assigning param_group["lr"]) would overwrite a new optimizer's lr — cap its peak
         book = say.lr.lr_fixes_varying
-    return _no_repeat(case, [t.format(**kw) for t in book])
+    fixes = [t.format(**kw) for t in book]
+    flag = lr_flag(user, ctx.argv)
+    if flag is not None and book is not say.lr.lr_fixes_cyclic and book is not say.lr.lr_fixes_varying:
+        # the script's own knob: the optimizer line it would replace is fed by the flag
+        fixes[0] = say.lr.lr_flag_fix.format(flag=flag[0], lr=kw["lr"], was=flag[1])
+    return _no_repeat(case, fixes)
 
 
 def explode_fixes(case: Case) -> list[str]:
