@@ -59,7 +59,7 @@ def test_nan_sample_in_the_batch_is_reported_as_data() -> None:
             opt.step()
     f = info.value.finding
     assert f.phase == "data" and f.step == 0
-    assert f.details["samples"] == [{"index": 5, "kind": "NaN", "features": [3]}]
+    assert f.details["samples"] == [{"index": 5, "kind": "NaN", "features": [3], "dataset_index": 5}]
     assert info.value.diagnosis.cause is Cause.NONFINITE_INPUT
     assert _all_finite(model)
 

@@ -71,7 +71,7 @@ def test_the_phrasebooks_keep_to_their_framework() -> None:
 def test_batch_holds_nonfinite() -> None:
     d = inputs.batch_holds_nonfinite(cases("torch")["batch_holds_nonfinite"])
     assert d is not None and d.cause is Cause.NONFINITE_INPUT and d.confidence == 0.95
-    assert d.evidence[:2] == ["sample 3 of x, feature 1 is NaN", "sample 7 of x, features 0, 2 is NaN"]
+    assert d.evidence[:2] == ["sample 3 of x, feature 1 is NaN", "sample 7 of x, features 0, 2 are NaN"]
     assert inputs.batch_holds_nonfinite(case("torch", phase="forward")) is None
 
 

@@ -232,7 +232,7 @@ def test_dataloader_workers_and_torch_compile(tmp_path: Path, spawn: Spawn) -> N
     assert r.returncode == 3, r.stderr[-2000:]
     (ev,) = json.loads((tmp_path / "log.json").read_text())["events"]
     assert ev["phase"] == "data" and ev["step"] == 2
-    assert ev["details"]["samples"] == [{"index": 6, "kind": "NaN", "features": [3]}]
+    assert ev["details"]["samples"] == [{"index": 6, "kind": "NaN", "features": [3], "dataset_index": 70}]
     assert "torch.compile" in ev["details"]["note"]
 
 

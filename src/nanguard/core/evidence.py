@@ -62,21 +62,26 @@ class Sample:
     index: int | None
     kind: str = "NaN"
     features: tuple[int | tuple[int, ...], ...] | None = None
+    #: its index in the dataset, through the loader's sampler (when a DataLoader made the batch)
+    dataset_index: int | None = None
 
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> Sample:
         feats = d.get("features")
-        idx = d.get("index")
+        idx, row = d.get("index"), d.get("dataset_index")
         return cls(
             index=int(idx) if isinstance(idx, (int, float)) else None,
             kind=str(d.get("kind", "NaN")),
             features=tuple(_feature(v) for v in feats) if isinstance(feats, (list, tuple)) else None,
+            dataset_index=int(row) if isinstance(row, int) else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"index": self.index, "kind": self.kind}
         if self.features is not None:
             d["features"] = [list(v) if isinstance(v, tuple) else v for v in self.features]
+        if self.dataset_index is not None:
+            d["dataset_index"] = self.dataset_index
         return d
 
 
@@ -106,6 +111,8 @@ class Provenance:
     input_name: str | None = None
     #: the bad rows of the batch (data findings)
     samples: tuple[Sample, ...] = ()
+    #: the dataset holds that row finite: reading the sample made it (``"Tiles.__getitem__"``)
+    read_computed: str | None = None
     #: the first module a bad input entered (data findings)
     entered: str | None = None
     #: weights that were non-finite (before the step, or first after it)
@@ -374,6 +381,7 @@ def _typed_details(d: Mapping[str, Any]) -> dict[str, Any]:
             origin=_str(d.get("origin")),
             input_name=_str(d.get("input_name")),
             samples=tuple(Sample.of(s) for s in d.get("samples") or () if isinstance(s, Mapping)),
+            read_computed=_str(d.get("read_computed")),
             entered=_str(d.get("entered")),
             parameters=_names(d.get("parameters")),
             gradients=_names(d.get("gradients")),

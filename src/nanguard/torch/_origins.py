@@ -19,6 +19,7 @@ from torch import nn
 
 from ..core.finding import Finding
 from ..core.ops import LOW_PRECISION
+from ._batches import batch_source, stored_row_finite
 from ._opinfo import OpInfo, op_info
 from ._place import Place, custom_function
 from ._provenance import IdMap, Origin, Provenance
@@ -63,6 +64,8 @@ class Origins(Place):
         # made from Python numbers in this step (torch.tensor of computed values): not data
         details: dict[str, Any] = {"origin": "computed" if made is not None else "data",
                                    "samples": bad_samples(t)}
+        if made is None:
+            _name_batch(details, t)
         if path is not None:
             details["entered"] = f"{path} ({typ})" if path else f"{typ} (top-level module)"
         f = finding_for(
@@ -206,6 +209,27 @@ def _float32_check(func: Any, args: Sequence[Any], kwargs: dict[str, Any], f: Fi
     except Exception:  # the float32 re-run is evidence, never a requirement
         log.debug("nanguard: the float32 re-run of %s failed", func, exc_info=True)
         return
+
+
+def _name_batch(details: dict[str, Any], t: torch.Tensor) -> None:
+    """A batch a DataLoader handed out: its key (``the batch's `['labels']` ``) and each bad
+    sample's dataset index through the sampler (a shuffled batch's position tells nothing)."""
+    src = batch_source(t)
+    if not src:
+        return
+    if "key" in src:
+        details["input_name"] = f"the batch's `{src['key']}`"
+    rows = src.get("rows")
+    if rows:
+        for s in details["samples"]:
+            i = s.get("index")
+            if isinstance(i, int) and 0 <= i < len(rows):
+                s["dataset_index"] = rows[i]
+        first = next((s["dataset_index"] for s in details["samples"] if "dataset_index" in s), None)
+        ds = src.get("dataset")
+        if first is not None and ds is not None and stored_row_finite(ds, first) is True:
+            # what the dataset holds for that row is finite: reading the sample made the NaN
+            details["read_computed"] = f"{type(ds).__name__}.__getitem__"
 
 
 def bad_samples(t: torch.Tensor, limit: int = 20) -> list[dict[str, Any]]:

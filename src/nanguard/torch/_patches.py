@@ -27,6 +27,7 @@ from torch.utils.data import dataloader as _dl
 from ..core import transparent as _transparent
 from ..core.patches import PatchSet
 from ..core.transparent import transparent
+from . import _batches
 from ._modules import _compiling
 from ._recorder import StepRecorder
 
@@ -56,6 +57,8 @@ def _paused(fn: Callable[..., Any], pop: bool = True, loads: bool = False,
                 r.tape_off()
         try:
             out = fn(*args, **kwargs)
+            if loads and args:
+                _batches.handed_out(args[0], out)
             if starts and len(args) > 1:
                 for g in list(_guards):
                     g.loader_started(args[1])
@@ -249,6 +252,9 @@ def register_recorder(rec: StepRecorder) -> None:
         _script_warns()
         for owner, name, pop, loads, starts in _TARGETS:
             _RECORDING.patch(owner, name, _paused(owner.__dict__[name], pop, loads, starts))
+        it = _dl._BaseDataLoaderIter
+        _RECORDING.patch(it, "_next_index", _batches.next_index(it.__dict__["_next_index"]))
+        _RECORDING.on_restore("the last batch handed out", _batches.forget)
         for name in FUNCTIONAL:
             orig = getattr(_F, name, None)
             if callable(orig):

@@ -26,7 +26,9 @@ def batch_holds_nonfinite(case: Case) -> Diagnosis | None:
         feats = s.features or ()
         where = (f", feature{'s' if len(feats) > 1 else ''} {', '.join(map(str, feats[:6]))}"
                  if feats else "")
-        lines.append(f"sample {s.index} of {name}{where} is {s.kind}")
+        which = (f"dataset index {s.dataset_index} (sample {s.index} of {name})"
+                 if s.dataset_index is not None else f"sample {s.index} of {name}")
+        lines.append(f"{which}{where} {'are' if len(feats) > 1 else 'is'} {s.kind}")
     if len(ev.provenance.samples) > 3:
         lines.append(f"… and {len(ev.provenance.samples) - 3} more samples")
     if not lines:
@@ -34,6 +36,8 @@ def batch_holds_nonfinite(case: Case) -> Diagnosis | None:
         lines.append(f"{name} holds {ev.what}{before}")
     if ev.provenance.origin == "computed":
         return _computed(case, lines)
+    if ev.provenance.read_computed:
+        return _read_computed(case, lines)
     if ev.provenance.origin == "unrecorded":
         return _unrecorded(case, lines)
     fixes = [
@@ -127,6 +131,23 @@ def _computed(case: Case, lines: list[str]) -> Diagnosis:
     ]
     return Diagnosis(Cause.NONFINITE_INPUT, 0.95,
                      f"a tensor the script computed holds {ev.what}", lines, fixes)
+
+
+def _read_computed(case: Case, lines: list[str]) -> Diagnosis:
+    """The dataset holds the sample's values finite, and the batch had NaN/Inf: reading the
+    sample made it (a per-sample normalisation of a blank image, a log of a zero count) — the
+    code of ``__getitem__`` is what to fix, not a data file."""
+    ev, where = case.ev, case.ev.provenance.read_computed
+    row = next((s.dataset_index for s in ev.provenance.samples if s.dataset_index is not None), None)
+    lines = [f"the values the dataset holds for index {row} are finite: {ev.what} was made when the "
+             f"sample was read, in `{where}` (or a transform or collate_fn it calls)", *lines]
+    fixes = [
+        f"guard the computation in `{where}`: a division by a standard deviation, a norm or a sum "
+        "that is 0 for a constant sample (x / x.std().clamp_min(1e-6)), a log of 0 (torch.log1p)",
+        f"sample = dataset[{row}]  # the sample that failed: step through `{where}` with it",
+    ]
+    return Diagnosis(Cause.NONFINITE_INPUT, 0.9,
+                     f"reading a sample made {ev.what} (`{where}`)", lines, fixes)
 
 
 def _unrecorded(case: Case, lines: list[str]) -> Diagnosis:
