@@ -240,7 +240,10 @@ def test_an_optimizer_listener_removed_inside_a_step_hook_is_removed_after_it() 
 
     def outer_post(o, a, k):  # type: ignore[no-untyped-def]
         seen.append("outer post")
-        inner[0].remove()  # type: ignore[attr-defined]  # as a first step's end closes a tracer
+        if inner:
+            inner.pop().remove()  # type: ignore[attr-defined]  # as a first step's end closes a tracer
+        else:  # as a replay opens and closes its tracer inside the guard's post-step hook
+            _autograd.add_optimizer_listener(lambda o, a, k: None, lambda o, a, k: None).remove()
 
     # registered first, as the guard's hooks are before a forward-only check's tracer: torch
     # iterates on to the tracer's hook after the guard's removed it
@@ -251,9 +254,10 @@ def test_an_optimizer_listener_removed_inside_a_step_hook_is_removed_after_it() 
         model(torch.ones(1, 2)).sum().backward()
         opt.step()  # raised "OrderedDict mutated during iteration" before
         opt.step()
+        opt.step()
     finally:
         outer.remove()
     # silent from its removal on, then unregistered once no hook of ours runs
-    assert seen == ["inner pre", "outer post", "outer post"]
+    assert seen == ["inner pre", "outer post", "outer post", "outer post"]
     from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
     assert not _global_optimizer_pre_hooks and not _global_optimizer_post_hooks

@@ -147,51 +147,74 @@ def original_grad() -> Callable[..., Any]:
     return _orig.get("grad", torch.autograd.grad)
 
 
-class _OptimizerHooks:
-    """Which optimizer-hook calls of ours are running, and the removals they asked for: torch
-    iterates its hook dicts while it calls them, so a hook that removes one (a forward-only check
-    ended by the first step's post-hook closes the tracer's listener) would make torch raise
-    ``OrderedDict mutated during iteration`` in the user's ``optimizer.step()``. Such a removal
-    leaves the hook registered and silent until the next removal or registration outside a hook."""
+_StepHook = Callable[[torch.optim.Optimizer, tuple[Any, ...], dict[str, Any]], Any]
 
+
+class _Listener:
+    __slots__ = ("alive", "post", "pre")
+
+    def __init__(self, pre: _StepHook, post: _StepHook) -> None:
+        self.pre, self.post, self.alive = pre, post, True
+
+
+class _OptimizerHooks:
+    """One global pre-step and one post-step hook registered with torch, calling nanguard's
+    listeners in the order they were added. Torch iterates its hook dicts while it calls them:
+    a listener added or removed from inside one (a replay's tracer opened and closed in the
+    guard's post-step hook, a forward-only check ended by the first step) must not change them,
+    or torch raises ``OrderedDict mutated during iteration`` in the user's ``optimizer.step()``.
+    Each call iterates a snapshot of the listeners; a removed one is skipped at once; torch's
+    two hooks go only when the last listener does, outside any hook of ours."""
+
+    listeners: ClassVar[list[_Listener]] = []
+    handles: ClassVar[tuple[Any, Any] | None] = None
     depth: ClassVar[int] = 0
-    removals: ClassVar[list[Callable[[], None]]] = []
 
     @classmethod
-    def flush(cls) -> None:
-        if cls.depth:
-            return
-        while cls.removals:
-            cls.removals.pop()()
-
-
-def add_optimizer_listener(
-    pre: Callable[[torch.optim.Optimizer, tuple[Any, ...], dict[str, Any]], Any],
-    post: Callable[[torch.optim.Optimizer, tuple[Any, ...], dict[str, Any]], None],
-) -> _Handle:
-    """Global optimizer step pre/post hooks (torch's own ``register_optimizer_step_*_hook``).
-    The handle may be removed from inside any optimizer hook (see :class:`_OptimizerHooks`)."""
-    hooks = _OptimizerHooks
-    hooks.flush()
-    alive = [True]
-
-    def call(fn: Callable[..., Any], opt: torch.optim.Optimizer, args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> Any:
-        if not alive[0]:
-            return None
-        hooks.depth += 1
+    def pre(cls, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        changed: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        cls.depth += 1
         try:
-            return fn(opt, args, kwargs)
+            for ls in tuple(cls.listeners):
+                if ls.alive:
+                    out = ls.pre(opt, args, kwargs)
+                    if out is not None:  # torch's protocol: new (args, kwargs) for the step
+                        args, kwargs = changed = out
         finally:
-            hooks.depth -= 1
+            cls.depth -= 1
+        return changed
 
-    h1 = _optim.register_optimizer_step_pre_hook(lambda o, a, k: call(pre, o, a, k))
-    h2 = _optim.register_optimizer_step_post_hook(lambda o, a, k: call(post, o, a, k))
+    @classmethod
+    def post(cls, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        cls.depth += 1
+        try:
+            for ls in tuple(cls.listeners):
+                if ls.alive:
+                    ls.post(opt, args, kwargs)
+        finally:
+            cls.depth -= 1
 
-    def remove() -> None:
-        alive[0] = False
-        hooks.removals.append(h1.remove)
-        hooks.removals.append(h2.remove)
-        hooks.flush()
+    @classmethod
+    def add(cls, ls: _Listener) -> None:
+        cls.listeners.append(ls)
+        if cls.handles is None:
+            cls.handles = (_optim.register_optimizer_step_pre_hook(cls.pre),
+                           _optim.register_optimizer_step_post_hook(cls.post))
 
-    return _Handle(remove)
+    @classmethod
+    def remove(cls, ls: _Listener) -> None:
+        ls.alive = False
+        if ls in cls.listeners:
+            cls.listeners.remove(ls)
+        if not cls.listeners and cls.handles is not None and not cls.depth:
+            for h in cls.handles:
+                h.remove()
+            cls.handles = None
+
+
+def add_optimizer_listener(pre: _StepHook, post: _StepHook) -> _Handle:
+    """Global optimizer step pre/post hooks (through torch's ``register_optimizer_step_*_hook``,
+    see :class:`_OptimizerHooks`); the handle may be removed from inside any optimizer hook."""
+    ls = _Listener(pre, post)
+    _OptimizerHooks.add(ls)
+    return _Handle(lambda: _OptimizerHooks.remove(ls))
