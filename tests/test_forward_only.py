@@ -261,3 +261,37 @@ def test_an_optimizer_listener_removed_inside_a_step_hook_is_removed_after_it() 
     assert seen == ["inner pre", "outer post", "outer post", "outer post"]
     from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
     assert not _global_optimizer_pre_hooks and not _global_optimizer_post_hooks
+
+
+# the data loop of PREP_THEN_TRAIN, then steps through a closure (as Lightning takes them): the
+# first step ends in torch's post-step hook; the loss takes log of a softmax (a latent hazard)
+PREP_THEN_CLOSURE = """
+    import torch, torch.nn as nn
+    torch.manual_seed(0)
+    rows = []
+    for i in range(120):
+        x = torch.randn(4)
+        rows.append((x - x.mean()) / (x.std() + 1e-6))
+    X, y = torch.stack(rows), torch.randint(0, 3, (120,))
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(6):
+        def closure():
+            opt.zero_grad()
+            p = torch.softmax(model(X[step * 8:(step + 1) * 8]), -1)
+            loss = -torch.log(p[torch.arange(8), y[step * 8:(step + 1) * 8]]).mean()
+            loss.backward()
+            return loss
+        opt.step(closure)
+"""
+
+
+def test_the_check_ended_inside_a_step_leaves_no_tape_above_the_next_steps_look(
+        tmp_path: Path, spawn: Spawn) -> None:
+    """The op-by-op check ends in the post-step hook of a closure's first step: the step
+    recorder's tape, pushed below it, went back on the stack there and stood above the hazard
+    look of steps 1–2, which then never started (no warning on a Lightning script)."""
+    r, log = _run(spawn, tmp_path, PREP_THEN_CLOSURE)
+    assert r.returncode == 0, r.stderr  # type: ignore[attr-defined]
+    assert "checking every op" in r.stderr  # type: ignore[attr-defined]
+    assert [(w["kind"], w["step"]) for w in log["warnings"]] == [("latent-hazard", 2)]

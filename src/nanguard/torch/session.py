@@ -97,16 +97,19 @@ class TorchSession(GuardSession):
         """The first step of a script checked op by op as forward-only ended: training has
         started, and the guard watches it as usual (called at the step's end, outside any op)."""
         g = self.guard
-        g.recorder.tape_off()  # a tape pushed below the tracer's dispatch: off the stack first
+        g.recorder.tape_off()  # a tape pushed above the tracer: off the stack first
         if self._locator is not None:
             self._locator.close()
             self._locator = None
+        g.recorder.tape_off()  # a tape pushed below the tracer's dispatch (on top now)
         if self._script_end is not None:
             self._script_end.disarm()
         g.modules.remove()
         g.modules.install(roots_only=True)
+        # the tape comes back where it always does (after a backward(), the optimizer's post-step
+        # hook, the next model call): pushed here, inside the step's end, it would stand above
+        # the hazard look the step's end starts next, which then never starts
         g.replayer.enabled = g.recorder.enabled = g.recorder.resume_tape = True
-        g.recorder.tape_on()
         self.forward_traced = False
 
     def _forward_only(self) -> None:
