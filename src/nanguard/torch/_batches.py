@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ._datapeek import attributes, counts, is_data
 from ._untraced import untraced
 
 __all__ = ["batch_source", "handed_out", "next_index", "stored_row_finite"]
@@ -110,18 +111,14 @@ def batch_source(t: torch.Tensor) -> dict[str, Any] | None:
 
 
 def _stored(dataset: Any) -> Iterator[Any]:
-    """The per-sample arrays a dataset holds: ``TensorDataset.tensors``, attributes whose first
-    dimension is the dataset's length (``self.x``, ``self.tiles``)."""
+    """The per-sample data a dataset holds (what the data look reads, not inside a ``Subset``,
+    whose rows are another dataset's): its float tensors and arrays one row per sample."""
     try:
         n = len(dataset)
     except TypeError:
         return
-    values = list(getattr(dataset, "tensors", ()) or ())
-    values += list(vars(dataset).values()) if hasattr(dataset, "__dict__") else []
-    for v in values:
-        shape = getattr(v, "shape", None)
-        if shape and len(shape) and shape[0] == n and (
-                getattr(v, "dtype", None) is not None and str(v.dtype).startswith(("float", "torch.float"))):
+    for _name, v in attributes(dataset, inner=False):
+        if is_data(v) and len(v.shape) and v.shape[0] == n:
             yield v
 
 
@@ -129,13 +126,9 @@ def _stored(dataset: Any) -> Iterator[Any]:
 def stored_row_finite(dataset: Any, row: int) -> bool | None:
     """Is row ``row`` finite in every per-sample array ``dataset`` holds? ``None`` when it holds
     none (it reads files, or builds samples on the fly): then nothing is known."""
-    import numpy as np
-
     seen = False
     for v in _stored(dataset):
         seen = True
-        x = v[row]
-        ok = bool(torch.isfinite(x).all()) if isinstance(x, torch.Tensor) else bool(np.isfinite(x).all())
-        if not ok:
+        if counts(v[row]) is not None:
             return False
     return True if seen else None

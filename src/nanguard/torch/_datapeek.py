@@ -28,12 +28,12 @@ from ..core.datalook import MAX_ELEMENTS, Counts, Reader, array_counts, is_array
 from ..core.early import NonFiniteData
 from ..core.source import user_frames
 
-__all__ = ["TORCH", "DataLook", "peek_dataset", "peek_frames"]
+__all__ = ["TORCH", "DataLook", "attributes", "counts", "is_data", "peek_dataset", "peek_frames"]
 
 log = logging.getLogger("nanguard")
 
 
-def _counts(x: Any) -> Counts | None:
+def counts(x: Any) -> Counts | None:
     """``(nan, inf, rows, first_row, elements)`` of a float tensor or array, ``None`` if all finite."""
     if not isinstance(x, torch.Tensor):
         return array_counts(np.asarray(x))
@@ -46,7 +46,7 @@ def _counts(x: Any) -> Counts | None:
     return nan, int(bad.sum()) - nan, int(idx.numel()), int(idx[0]), x.numel()
 
 
-def _is_data(x: Any) -> bool:
+def is_data(x: Any) -> bool:
     """A float tensor or array that is data: not in the autograd graph, not memory-mapped, not huge."""
     if isinstance(x, torch.Tensor):
         return (x.is_floating_point() and not x.requires_grad and x.grad_fn is None
@@ -55,16 +55,17 @@ def _is_data(x: Any) -> bool:
 
 
 #: torch tensors (read on their device) and NumPy arrays
-TORCH = Reader(_is_data, _counts, lambda x: x.numel() if isinstance(x, torch.Tensor) else int(x.size))
+TORCH = Reader(is_data, counts, lambda x: x.numel() if isinstance(x, torch.Tensor) else int(x.size))
 
 
-def _attributes(dataset: Any) -> Iterator[tuple[str, Any]]:
-    """``(name, value)`` of what a dataset holds: its tensors, arrays and lists of them, one
-    level into ``Subset``/``ConcatDataset`` (row numbers are then the inner dataset's)."""
-    inner = getattr(dataset, "datasets", None) or ([dataset.dataset] if hasattr(dataset, "dataset") else [])
-    for d in inner:
+def attributes(dataset: Any, inner: bool = True) -> Iterator[tuple[str, Any]]:
+    """``(name, value)`` of what a dataset holds: its tensors, arrays and lists of them, and
+    (``inner``) one level into ``Subset``/``ConcatDataset`` (row numbers are then the inner
+    dataset's)."""
+    subs = getattr(dataset, "datasets", None) or ([dataset.dataset] if hasattr(dataset, "dataset") else [])
+    for d in subs if inner else ():
         if d is not dataset and hasattr(d, "__dict__"):
-            yield from _attributes(d)
+            yield from attributes(d)
     tensors = getattr(dataset, "tensors", None)  # TensorDataset
     if isinstance(tensors, (tuple, list)):
         for i, t in enumerate(tensors):
@@ -80,7 +81,7 @@ def _attributes(dataset: Any) -> Iterator[tuple[str, Any]]:
 def peek_dataset(dataset: Any) -> list[NonFiniteData]:
     """The non-finite values ``dataset`` already holds (at a ``DataLoader``'s first iterator)."""
     found: list[NonFiniteData] = []
-    for name, value in _attributes(dataset):
+    for name, value in attributes(dataset):
         p = TORCH.peek(name, value)
         if p is not None:
             found.append(p)
