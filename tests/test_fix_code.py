@@ -141,3 +141,21 @@ def test_a_learning_rate_from_a_command_line_flag_is_changed_there(monkeypatch: 
     assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
     assert d.fixes[0].startswith("run it again with `--lr "), d.fixes
     assert d.fixes[0].endswith("(it was `--lr 5`): your learning rate comes from the command line")
+
+
+class _Unreadable:
+    """A ``self`` whose attributes cannot be listed (a proxy, a C extension)."""
+
+    @property
+    def __dict__(self) -> dict[str, Any]:  # type: ignore[override]
+        raise RuntimeError("no attributes here")
+
+    def names_of(self, opt: torch.optim.Optimizer) -> dict[str, str]:
+        from nanguard.torch._script_names import script_names
+
+        return script_names(opt)
+
+
+def test_a_frame_nanguard_cannot_read_leaves_the_generic_words_not_an_error() -> None:
+    m = nn.Linear(2, 2)
+    assert _Unreadable().names_of(torch.optim.SGD(m.parameters(), lr=0.1)) == {}

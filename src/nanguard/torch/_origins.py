@@ -65,7 +65,10 @@ class Origins(Place):
         details: dict[str, Any] = {"origin": "computed" if made is not None else "data",
                                    "samples": bad_samples(t)}
         if made is None:
-            _name_batch(details, t)
+            try:
+                _name_batch(details, t)
+            except Exception:  # the batch's row and key are extra: a finding is not lost to them
+                log.debug("nanguard: naming the batch's rows failed", exc_info=True)
         if path is not None:
             details["entered"] = f"{path} ({typ})" if path else f"{typ} (top-level module)"
         f = finding_for(

@@ -11,6 +11,7 @@ words; what is not found keeps the generic ``optimizer`` / ``model.parameters()`
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,8 @@ from torch import nn
 from ..core.source import user_frames
 
 __all__ = ["script_names"]
+
+log = logging.getLogger("nanguard")
 
 
 def _candidates(scope: dict[str, Any]) -> Iterator[tuple[str, Any]]:
@@ -36,9 +39,18 @@ def _candidates(scope: dict[str, Any]) -> Iterator[tuple[str, Any]]:
 
 def script_names(opt: torch.optim.Optimizer | None) -> dict[str, str]:
     """``{"optimizer": "opt", "params": "net.parameters()"}``: what the script calls ``opt``
-    and the module it updates, where its frames say so (each key only when found)."""
+    and the module it updates, where its frames say so (each key only when found; none when
+    the frames cannot be read — the generic words are then said, never an error of ours)."""
     if opt is None:
         return {}
+    try:
+        return _names(opt)
+    except Exception:
+        log.debug("nanguard: reading the script's names failed", exc_info=True)
+        return {}
+
+
+def _names(opt: torch.optim.Optimizer) -> dict[str, str]:
     want = {id(p) for g in opt.param_groups for p in g["params"]}
     names: dict[str, str] = {}
     # the outermost frame that knows a name wins: where the optimizer was made (a module's
