@@ -140,7 +140,8 @@ def test_a_learning_rate_from_a_command_line_flag_is_changed_there(monkeypatch: 
     d = _diverge(opt, lambda: F.mse_loss(net(x), y))
     assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
     assert d.fixes[0].startswith("run it again with `--lr "), d.fixes
-    assert d.fixes[0].endswith("(it was `--lr 5`): your learning rate comes from the command line")
+    assert "(it was `--lr 5`): your learning rate comes from the command line (verified on the failing step: " \
+        "loss " in d.fixes[0], d.fixes[0]
 
 
 class _Unreadable:

@@ -132,6 +132,29 @@ def test_seed_scenario_learning_rate_too_high() -> None:
     assert d.fixes[0].startswith("optimizer = keras.optimizers.SGD(learning_rate=0.")
 
 
+def test_the_default_modes_learning_rate_advice_was_tried_on_the_failing_step() -> None:
+    """``fit`` on raw features and targets in the hundreds, SGD(0.1, momentum 0.9), policy
+    ``raise``: the learning rate suggested is one that trained on the failing step from the
+    snapshot before the first update (recover's ×0.01 did not), the line keeps the momentum, and
+    the run is left as it failed (the trials' updates are not the run's)."""
+    rng = np.random.default_rng(0)
+    x = (rng.random((2048, 6)) * np.array([1.0, 10.0, 100.0, 1000.0, 5.0, 50.0])).astype("float32")
+    y = (x @ np.array([[0.3], [0.02], [0.004], [0.0005], [0.2], [0.01]]) * 100 + 200).astype("float32")
+    model = _mlp(6)
+    opt = keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
+    model.compile(optimizer=opt, loss="mse")
+    with pytest.raises(NonFiniteError) as info:
+        model.fit(x, y, batch_size=64, epochs=2, verbose=0, callbacks=[nk.NanGuard()])
+    d = info.value.diagnosis
+    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
+    assert d.trials and d.trials[0]["from_step"] == 0 and d.trials[-1]["verified"]
+    assert not any(t["verified"] for t in d.trials[:-1])
+    lr = d.trials[-1]["lr"]
+    assert d.fixes[0] == (f"optimizer = keras.optimizers.SGD(learning_rate={lr:.2g}, momentum=0.9)  # was 0.1; "
+                          "verified on the failing step: loss " + d.fixes[0].split("loss ", 1)[1]), d.fixes[0]
+    assert int(opt.iterations.numpy()) == info.value.finding.step  # no trial update was kept
+
+
 def test_adam_epsilon_zero_is_an_optimizer_finding() -> None:
     rng = np.random.default_rng(0)
     onehot = np.eye(6, dtype="float32")[rng.integers(0, 5, size=128)]  # category 5 never occurs

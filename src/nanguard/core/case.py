@@ -19,6 +19,7 @@ from .history import History
 from .phrases import Phrasebook, phrasebook
 from .taxonomy import Cause
 from .trends import Trends
+from .trials import Trial
 
 __all__ = ["Case", "Diagnosis", "Rule", "RunContext"]
 
@@ -52,6 +53,9 @@ class RunContext:
     #: module path -> (growth of the gradient per call going back, calls at which it overflows):
     #: the recurrences the hazard look measured growing on its sampled early steps
     recurrences: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: the fixes tried on the failing step before the advice is written (policy ``raise``: see
+    #: :meth:`~nanguard.core.step.StepDriver.act`): the advice says which trained
+    trials: tuple[Trial, ...] = ()
 
     @property
     def lr(self) -> float | None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .diagnosis import Diagnosis
@@ -231,12 +231,7 @@ class StepController:
                           "the batch nor a rollback resets it")
         self._backend = backend
         self._repeated_drops(finding, diag, step, after_update, backend)
-        clip = clip_suggestion(self.history)
-        if clip is not None and (adaptive or (script_clip is not None and script_clip <= clip)):
-            # clipping cannot shrink an adaptive optimizer's step, and a clip no tighter than
-            # the script's own repeats what it already does
-            clip = None
-        ratio, clip = _agreed(backend, self.history.median_update_ratio(), clip)
+        ratio, clip = _agreed(backend, self.history.median_update_ratio(), self._clip(script_clip, adaptive))
         action, self.state = decide(self.config, self.state, diag, step, clip, eps, ratio)
         if action.kind == "raise":
             self._raise(NonFiniteError(finding, diag), step)
@@ -266,6 +261,29 @@ class StepController:
         if not after_update:
             backend.skip_update()
         return action
+
+    def _clip(self, script_clip: float | None, adaptive: bool) -> float | None:
+        """A clipping threshold to try, from the calm part of the history — none where clipping
+        cannot shrink the step (an adaptive optimizer) or repeats the script's own clip."""
+        clip = clip_suggestion(self.history)
+        if clip is not None and (adaptive or (script_clip is not None and script_clip <= clip)):
+            return None
+        return clip
+
+    def advice_trials(self, diag: Diagnosis, backend: Backend, *, step: int, eps: float | None = None,
+                      script_clip: float | None = None, adaptive: bool = False) -> list[Trial] | None:
+        """Policy ``raise``, after the diagnosis and before the finding is raised: the fixes
+        ``recover`` would try (the same pure decision, the same candidates), tried on the failing
+        step from the newest snapshot — nothing is applied and the run is left as it failed. The
+        advice then says which worked (:mod:`nanguard.core.rules.fixes`). ``None``: the cause has
+        no fix to try, or the step cannot be re-run (no snapshot: the advice stays untried)."""
+        if diag.cause not in ROLLBACK:
+            return None
+        ratio, clip = _agreed(backend, self.history.median_update_ratio(), self._clip(script_clip, adaptive))
+        action, _ = decide(replace(self.config, policy="recover"), self.state, diag, step, clip, eps, ratio)
+        if action.kind != "rollback":
+            return None
+        return backend.trial(_candidates(action, ratio, self.config.lr_factor))
 
     def _said(self) -> None:
         """One line on stderr as the policy acts (:func:`~nanguard.core.render.event_line`)."""

@@ -20,14 +20,14 @@ the :class:`~nanguard.core.controller.StepController`'s (a pure policy over a sm
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Protocol
 
 from .case import RunContext
 from .controller import Backend, StepController
 from .diagnosis import Diagnosis
-from .errors import GiveUpError, NonFiniteError
+from .errors import GiveUpError, NonFiniteError, internal_error
 from .finding import Finding
 from .history import History, StepRecord
 from .ops import update_norm_estimate
@@ -237,6 +237,7 @@ class StepDriver:
             rollback_weights: bool = False, step: int | None = None) -> Action:
         """The controller decides; ``port`` carries it out. The step is marked skipped."""
         self.skipped = True
+        diag = self._advice_tried(finding, diag, port, self.step if step is None else step)
         try:
             action = self.controller.act(
                 finding, diag, port, step=self.step if step is None else step, eps=port.eps,
@@ -251,6 +252,29 @@ class StepDriver:
             raise
         self.event = action.kind
         return action
+
+    def _advice_tried(self, finding: Finding, diag: Diagnosis, port: StepPort, step: int) -> Diagnosis:
+        """Policy ``raise``, before the finding is raised: the fixes ``recover`` would try, tried
+        on the failing step (:meth:`StepController.advice_trials`), and the diagnosis written
+        again with what they showed — the learning rate that trained, or the ones that did not
+        (:mod:`nanguard.core.rules.fixes`). The cause is the same; only the advice changes."""
+        if self.policy != "raise" or finding.details.get("origin") == "carried":
+            return diag
+        try:
+            trials = self.controller.advice_trials(diag, port, step=step, eps=port.eps,
+                                                   script_clip=port.script_clip, adaptive=port.adaptive)
+            if not trials:
+                return diag
+            from .diagnosis import diagnose
+
+            tried = diagnose(finding, port.history(), replace(port.context(), trials=tuple(trials)))
+        except Exception as exc:  # the finding stands as it was, untried
+            internal_error("trying the advice on the failing step", exc)
+            return diag
+        if tried.cause is not diag.cause:
+            tried = diag  # a rank's own history read otherwise: keep the shared diagnosis
+        tried.trials = [t.to_dict() for t in trials]
+        return tried
 
     def scaler_skipped(self, port: StepPort, *, nan_loss: bool, scale: float | None,
                        name: str | None = None) -> bool:

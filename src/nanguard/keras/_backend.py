@@ -10,12 +10,16 @@ carry the new settings into the traced step without a retrace.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ..core.case import RunContext
 from ..core.diagnosis import Diagnosis
 from ..core.finding import Finding
 from ..core.history import History
+from ..core.snapbudget import SnapshotBudget
 from ..core.trials import Fix, Trial
 from ._compat import unwrap_optimizer
 from ._context import eps_of, run_context
@@ -125,17 +129,27 @@ def optimizers_built(guard: KerasGuard) -> bool:
     )
 
 
+def _first(guard: KerasGuard, variables: list[Any]) -> bool:
+    """May the first snapshot (before any update) be taken? Always under skip/recover; under
+    ``raise`` when the state is small enough to copy before a step time is known."""
+    if guard.snapshots.last is not None:
+        return False
+    return guard.policy != "raise" or _nbytes(variables) <= SnapshotBudget.FIRST_BYTES
+
+
 def initial_snapshot(guard: KerasGuard) -> None:
-    if guard.policy == "raise" or guard.snapshots.last is not None:
+    if guard.snapshots.last is not None:
         return
     if guard.model is not None and optimizers_built(guard) and guard.model.built:
-        guard.snapshots.take(guard.step, all_variables(guard))
+        vs = all_variables(guard)
+        if _first(guard, vs):
+            guard.snapshots.take(guard.step, vs)
 
 
 def snapshot_before_first_update(guard: KerasGuard, optimizer: Any, variables: list[Any]) -> None:
     """Before the first update of a run whose optimizer was built only now (a custom loop,
     ``nanguard run``): the first snapshot, so a rollback is possible from the start."""
-    if guard.policy == "raise" or guard.snapshots.last is not None:
+    if guard.snapshots.last is not None:
         return
     vs = all_variables(guard) if guard.model is not None else []
     seen = {id(v) for v in vs}
@@ -143,11 +157,31 @@ def snapshot_before_first_update(guard: KerasGuard, optimizer: Any, variables: l
         if id(v) not in seen:
             seen.add(id(v))
             vs.append(v)
-    guard.snapshots.take(guard.step, vs)
+    if _first(guard, vs):
+        guard.snapshots.take(guard.step, vs)
+
+
+def _nbytes(variables: list[Any]) -> int:
+    return sum(int(np.prod(v.shape)) * np.dtype(getattr(v, "dtype", "float32")).itemsize for v in variables)
 
 
 def maybe_snapshot(guard: KerasGuard) -> None:
-    if guard.policy == "raise" or not guard.snapshots.due(guard.step):
+    """After a healthy step: a snapshot every ``snapshot_every`` steps (skip/recover) — under
+    ``raise`` only while it is cheap and small (:class:`~nanguard.core.snapbudget.SnapshotBudget`),
+    to try the advice from."""
+    if guard.policy == "raise":
+        guard.budget.tick(time.perf_counter())
+        last = guard.snapshots.last
+        if not optimizers_built(guard) or not guard.budget.due(
+                guard.step, None if last is None else last.step, guard.snapshots.every,
+                lambda: _nbytes(all_variables(guard))):
+            return
+        if guard.controller.snapshot_ok():
+            t0 = time.perf_counter()
+            guard.snapshots.take(guard.step, all_variables(guard))
+            guard.budget.cost = time.perf_counter() - t0
+        return
+    if not guard.snapshots.due(guard.step):
         return
     if not guard.controller.snapshot_ok():
         return  # finite, but not healthy by the controller's signals: not "last known good"

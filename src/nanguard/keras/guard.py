@@ -34,6 +34,7 @@ from ..core.diagnosis import RunContext
 from ..core.early import eps_zero
 from ..core.handle import GuardHandle, GuardOptions
 from ..core.policy import check_policy
+from ..core.snapbudget import SnapshotBudget
 from ..core.step import StepDriver
 from . import _patches
 from ._backend import (
@@ -107,6 +108,8 @@ class KerasGuard(GuardHandle):
         self.model = model
         self.controller = self.options.controller()
         self.snapshots = Snapshotter(every=snapshot_every)
+        #: under ``raise``: when a snapshot to try the advice from is affordable
+        self.budget = SnapshotBudget()
         self.replay_enabled = replay
         self.driver = StepDriver(self.controller)
         self.data = DataLook(self.controller)

@@ -6,12 +6,14 @@
 * on every healthy step under a back-off (at the pre-step hook): clip at the switched-on
   threshold and multiply the learning rate by the back-off factor (taken out again after the
   step) — or, without an optimizer, scale the gradients;
-* snapshots: before the first update, then every ``snapshot_every`` steps (skip/recover).
+* snapshots: before the first update, then every ``snapshot_every`` steps (skip/recover); under
+  ``raise`` only while affordable, to try the advice from (:class:`~nanguard.core.snapbudget.SnapshotBudget`).
 """
 
 from __future__ import annotations
 
 import math
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 import torch
 
 from ..core.controller import StepController
+from ..core.snapbudget import SnapshotBudget
 from ..core.trials import Fix, Trial
 from ._recorder import Event
 from ._stats import all_finite
@@ -45,6 +48,8 @@ class Actuator:
         self.schedulers: weakref.WeakSet[Any] = weakref.WeakSet(schedulers)
         self.scalers: weakref.WeakSet[Any] = weakref.WeakSet([scaler] if scaler is not None else [])
         self.trialing = False
+        #: under ``raise``: when a snapshot to try the advice from is affordable
+        self.budget = SnapshotBudget()
         #: a copy of the module buffers after the last healthy update (what restore_state puts back)
         self._buffer_copy: list[torch.Tensor] | None = None
         #: what this step changed and post_step gives back: gradients hidden, learning rates
@@ -136,6 +141,9 @@ class Actuator:
         if snap is None or opt is None or scaled:
             return None
         state = self.controller.state
+        # under ``raise`` nothing is rolled back: the run is left as it failed (the script may
+        # catch the error and look at it) — a copy of it now, put back after the trials
+        failed = self._copy_now(snap.step) if self.policy == "raise" else None
         self.trialing = True
         hold(True)
         try:
@@ -143,8 +151,16 @@ class Actuator:
                               state.lr_scale, [c for c in (script_clip, state.clip_norm) if c is not None],
                               stop_early)
         finally:
+            if failed is not None:
+                self.restore_to(failed)
             hold(False)
             self.trialing = False
+
+    def _copy_now(self, step: int) -> Any:
+        primary = self.watch.primary
+        return Snapshotter.copy(step, self.watch.params(), module_buffers(self.watch.roots()),
+                                [primary] if primary is not None else [], self.schedulers_of(primary),
+                                self.scalers_all())
 
     # --- every healthy step --------------------------------------------------------------------
     def apply_settings(self, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None,
@@ -192,10 +208,35 @@ class Actuator:
         """A loss scaler's skipped step: its gradients stay where the scaler left them."""
         self._hidden_grads = []
 
+    def _advice_snapshot(self, step: int) -> None:
+        """Under ``raise``, at a healthy step's check before its update: a snapshot to try the
+        advice from, when one is due and affordable (:class:`~nanguard.core.snapbudget.SnapshotBudget`)."""
+        budget = self.budget
+        budget.tick(time.perf_counter())
+        last = self.snapshots.last
+        opt = self.watch.primary
+        watched = self.watch.params()
+
+        def nbytes() -> int:  # the weights, and about twice them of optimizer state (Adam's)
+            return 3 * sum(p.numel() * p.element_size() for p in watched)
+
+        if not budget.due(step, None if last is None else last.step, self.snapshots.every, nbytes):
+            return
+        if not self.controller.snapshot_ok() or not all_finite(watched):
+            return
+        t0 = time.perf_counter()
+        roots = self.watch.roots()
+        self.snapshots.take(step, watched, module_buffers(roots), [opt] if opt is not None else [],
+                            self.schedulers_of(opt), self.scalers_all())
+        self.snapshots.ring[:-1] = []  # one is enough to try the advice from
+        budget.cost = time.perf_counter() - t0
+
     def maybe_snapshot(self, step: int, before_update: bool) -> None:
         """Under ``skip``/``recover``: the first snapshot before the first update, then every
         ``snapshot_every`` steps after a healthy one (never of non-finite weights)."""
         if self.policy == "raise":
+            if before_update:
+                self._advice_snapshot(step)
             return
         roots = self.watch.roots()
         if not before_update and roots and sum(b.numel() for b in floating_buffers(roots)) <= 1 << 20:

@@ -93,8 +93,8 @@ class Snapshotter:
     def due(self, step: int) -> bool:
         return self.last is None or step - self.last.step >= self.every
 
-    def take(
-        self,
+    @staticmethod
+    def copy(
         step: int,
         params: Sequence[torch.Tensor],
         buffers: Sequence[torch.Tensor],
@@ -102,6 +102,8 @@ class Snapshotter:
         schedulers: Sequence[Any],
         scalers: Sequence[Any],
     ) -> Snapshot:
+        """A CPU copy of the state as it is now, kept nowhere (:meth:`take` keeps one in the
+        ring; a trial under ``raise`` copies the failing state to leave the run as it was)."""
         snap = Snapshot(
             step=step,
             params=[p.detach().to("cpu", copy=True) for p in params],
@@ -112,6 +114,18 @@ class Snapshotter:
             rng=RngState.capture(),
         )
         snap.nbytes = _nbytes([snap.params, snap.buffers, snap.optimizers])
+        return snap
+
+    def take(
+        self,
+        step: int,
+        params: Sequence[torch.Tensor],
+        buffers: Sequence[torch.Tensor],
+        optimizers: Sequence[torch.optim.Optimizer],
+        schedulers: Sequence[Any],
+        scalers: Sequence[Any],
+    ) -> Snapshot:
+        snap = self.copy(step, params, buffers, optimizers, schedulers, scalers)
         if self.directory:
             os.makedirs(self.directory, exist_ok=True)
             path = os.path.join(self.directory, "nanguard-snapshot.pt")

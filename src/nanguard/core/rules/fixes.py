@@ -6,19 +6,52 @@ import math
 
 from ..case import Case
 from ..flags import lr_flag
-from ..trials import TARGET_RATIO
+from ..trials import TARGET_RATIO, Trial
 from ._fmt import nice_lr, num
 
-__all__ = ["explode_fixes", "lr_fixes", "recurrent", "scale_hint"]
+__all__ = ["explode_fixes", "lr_fixes", "recurrent", "scale_hint", "tried_note", "verified"]
 
 #: a loss this large at the first step means the targets (or inputs) were never scaled
 LARGE_FIRST_LOSS = 1e6
 
 
+def verified(case: Case) -> Trial | None:
+    """The first fix tried on the failing step that trained (``None``: none did, or none was
+    tried)."""
+    return next((t for t in case.ctx.trials if t.verified), None)
+
+
+def _lr_tried(case: Case) -> list[float]:
+    return [t.lr for t in case.ctx.trials if t.lr is not None and t.fix.lr_factor is not None]
+
+
+def tried_note(case: Case) -> str:
+    """What the trials on the failing step said, for the comment of the line they decided:
+    ``"verified on the failing step: loss 4.1 → 2.3"`` or ``"untried: lr=0.001, 0.0001 did not
+    train on the failing step"`` (empty without trials)."""
+    good = verified(case)
+    if good is not None:
+        return "verified on the failing step: loss " + " → ".join(f"{v:.3g}" for v in (good.losses[0], good.losses[-1]))
+    lrs = _lr_tried(case)
+    if not lrs:
+        return ""
+    if all(t.fails_at_start for t in case.ctx.trials):
+        return (f"untried: the step failed at the weights of step {case.ctx.trials[0].from_step} "
+                "whatever the learning rate")
+    return f"untried: lr={', '.join(f'{x:.2g}' for x in lrs)} did not train on the failing step"
+
+
 def lower_lr(case: Case) -> float | None:
-    """The learning rate to suggest: the one that ran, times the factor that brings the measured
-    update/weight ratio to about 1e-2 (the top of the healthy range) — ÷4 when the updates were
-    of a healthy size or were not measured. A learning rate 10⁵× too high is not cut by 4."""
+    """The learning rate to suggest: one that trained when tried on the failing step; else the
+    one that ran, times the factor that brings the measured update/weight ratio to about 1e-2
+    (the top of the healthy range) — ÷4 when the updates were of a healthy size or were not
+    measured (a learning rate 10⁵× too high is not cut by 4) — and below every one tried."""
+    good = verified(case)
+    if good is not None and good.lr is not None and good.fix.lr_factor is not None:
+        return good.lr
+    tried = _lr_tried(case)
+    if tried:
+        return min(tried) / 10
     lr = case.ctx.lr
     if not lr:
         return None
@@ -27,6 +60,15 @@ def lower_lr(case: Case) -> float | None:
     if ratio is not None and math.isfinite(ratio) and ratio > 0.02:
         factor = min(0.25, TARGET_RATIO / ratio)
     return lr * factor
+
+
+def _lr_text(case: Case, low: float | None) -> str:
+    """The learning rate as the suggested line writes it: the one a trial verified, as it ran;
+    else a round number a person would type (never above ``low``)."""
+    good = verified(case)
+    if good is not None and good.lr is not None and good.fix.lr_factor is not None:
+        return f"{good.lr:.2g}"
+    return nice_lr(low) if low else "1e-3"
 
 
 def _no_repeat(case: Case, fixes: list[str]) -> list[str]:
@@ -47,9 +89,9 @@ def lr_fixes(case: Case) -> list[str]:
     kw = {
         **case.names,
         "opt": case.opt,
-        "lr": nice_lr(low) if low else "1e-3",
+        "lr": _lr_text(case, low),
         "kept": case.kept(),
-        "was": f"  # was {num(user)}" if user else "",
+        "was": _was(user, tried_note(case)),
         "clip": f"{trend.clip_threshold:g}",
         "sched": ctx.scheduler or "",
         "peak": nice_lr(top / 4),
@@ -68,8 +110,27 @@ def lr_fixes(case: Case) -> list[str]:
     flag = lr_flag(user, ctx.argv)
     if flag is not None and book is not say.lr.lr_fixes_cyclic and book is not say.lr.lr_fixes_varying:
         # the script's own knob: the optimizer line it would replace is fed by the flag
-        fixes[0] = say.lr.lr_flag_fix.format(flag=flag[0], lr=kw["lr"], was=flag[1])
-    return _no_repeat(case, fixes)
+        note = tried_note(case)
+        fixes[0] = say.lr.lr_flag_fix.format(flag=flag[0], lr=kw["lr"], was=flag[1]) + (f" ({note})" if note else "")
+    return _tried_first(case, _no_repeat(case, fixes))
+
+
+def _was(user: float | None, note: str) -> str:
+    parts = [p for p in (f"was {num(user)}" if user else "", note) if p]
+    return f"  # {'; '.join(parts)}" if parts else ""
+
+
+def _tried_first(case: Case, fixes: list[str]) -> list[str]:
+    """A clipping threshold that trained on the failing step (where no learning rate was
+    tried, or none trained) goes first, said so."""
+    good = verified(case)
+    if good is None or good.fix.lr_factor is not None or good.fix.clip_norm is None:
+        return fixes
+    clip = [i for i, f in enumerate(fixes) if "clip" in f.lower() and "lr=" not in f and "learning_rate=" not in f]
+    if not clip:
+        return fixes
+    first = fixes[clip[0]] + f"  # {tried_note(case)}"
+    return [first, *(f for i, f in enumerate(fixes) if i != clip[0])]
 
 
 def explode_fixes(case: Case) -> list[str]:
@@ -79,10 +140,16 @@ def explode_fixes(case: Case) -> list[str]:
         **case.names,
         "opt": case.opt,
         "clip": f"{case.trend.clip_threshold:g}",
-        "lr": nice_lr(low) if low else "1e-3",
+        "lr": _lr_text(case, low),
         "kept": case.kept(),
     }
-    fixes = _no_repeat(case, [t.format(**kw) for t in case.say.lr.explode_fixes])
+    fixes = _tried_first(case, _no_repeat(case, [t.format(**kw) for t in case.say.lr.explode_fixes]))
+    good = verified(case)
+    if good is not None and good.fix.lr_factor is not None:
+        # a learning rate trained on the failing step: it goes first, said so
+        at = next((i for i, f in enumerate(fixes) if "lr=" in f or "learning_rate=" in f), None)
+        if at is not None:
+            fixes.insert(0, fixes.pop(at) + f"  # {tried_note(case)}")
     if case.say.lr.recurrent_fix is not None and recurrent(case):
         fixes.append(case.say.lr.recurrent_fix)
     return fixes

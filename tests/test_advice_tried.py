@@ -1,0 +1,149 @@
+"""The default mode's advice is tried before it is shown (issue: cure the cause, in every mode).
+
+Under policy ``raise`` nothing is recovered, yet the fixes ``recover`` would try are run on the
+failing step from a snapshot (kept while affordable): the learning rate that trained is the one
+suggested, said so; one that did not is never shown as working; the run is left as it failed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nanguard
+from nanguard.core.case import RunContext
+from nanguard.core.diagnosis import diagnose
+from nanguard.core.errors import NonFiniteError
+from nanguard.core.finding import Finding
+from nanguard.core.history import History, StepRecord
+from nanguard.core.snapbudget import SnapshotBudget
+from nanguard.core.taxonomy import Cause
+from nanguard.core.trials import Fix, Trial
+
+
+def _unscaled(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw features up to 1000 and targets in the hundreds: an MSE of 1e5 before any update."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(2048, 6, generator=g) * torch.tensor([1.0, 10.0, 100.0, 1000.0, 5.0, 50.0])
+    y = x @ torch.tensor([[0.3], [0.02], [0.004], [0.0005], [0.2], [0.01]]) * 100 + 200
+    return x, y
+
+
+def _train(lr: float, steps: int, guarded: bool, saved: dict[str, object] | None = None) -> list[float]:
+    """The regression script: SGD with momentum 0.9, as a user writes it. ``saved``: the
+    weights and momentum just before each ``opt.step()`` (to compare with what is left)."""
+    torch.manual_seed(0)
+    x, y = _unscaled()
+    net = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    losses: list[float] = []
+    ctx = nanguard.attach(net, opt) if guarded else None
+    if ctx is not None:
+        ctx.__enter__()
+    try:
+        for _ in range(steps):
+            idx = torch.randint(0, 2048, (64,))
+            opt.zero_grad()
+            loss = F.mse_loss(net(x[idx]), y[idx])
+            loss.backward()
+            if saved is not None:
+                saved["net"], saved["opt"] = net, opt
+                saved["weights"] = [p.detach().clone() for p in net.parameters()]
+                saved["momentum"] = [opt.state[p]["momentum_buffer"].clone() for p in net.parameters()
+                                     if "momentum_buffer" in opt.state[p]]
+            opt.step()
+            losses.append(float(loss))
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+    return losses
+
+
+def test_the_default_modes_lr_advice_was_tried_and_trains_when_applied_by_hand() -> None:
+    """The unscaled regression at lr 0.1 (momentum 0.9) goes NaN. The suggested learning rate is
+    one that trained on the failing step (the back-off recover tries first did not), the line
+    keeps ``momentum=0.9``, and applied by hand the script trains without a NaN."""
+    saved: dict[str, object] = {}
+    with pytest.raises(NonFiniteError) as info:
+        _train(0.1, 100, guarded=True, saved=saved)
+    d = info.value.diagnosis
+    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
+    assert d.trials and d.trials[-1]["verified"] and not any(t["verified"] for t in d.trials[:-1])
+    assert d.trials[0]["lr_factor"] is not None and d.trials[0]["from_step"] == 0
+    good = d.trials[-1]["lr"]
+    m = re.match(r"opt = torch\.optim\.SGD\(net\.parameters\(\), lr=([0-9.e+-]+), momentum=0\.9\)"
+                 r"  # was 0\.1; verified on the failing step: loss ", d.fixes[0])
+    assert m is not None, d.fixes[0]
+    assert float(m.group(1)) == pytest.approx(good)
+    text = str(info.value)
+    assert "tried on the failing step (from the snapshot of step 0):" in text
+    assert "(loss did not go down)" in text and "(verified)" in text
+    # the run is left as it failed: the weights and the momentum of the failing step's start
+    net, opt = saved["net"], saved["opt"]
+    assert isinstance(net, nn.Module) and isinstance(opt, torch.optim.SGD)
+    for p, w in zip(net.parameters(), saved["weights"]):  # type: ignore[call-overload]
+        assert torch.equal(p.detach(), w)
+    for p, b in zip(net.parameters(), saved["momentum"]):  # type: ignore[call-overload]
+        assert torch.equal(opt.state[p]["momentum_buffer"], b)
+    # applied by hand, the suggested learning rate trains: no NaN, the loss goes down
+    losses = _train(float(m.group(1)), 300, guarded=False)
+    assert all(v == v and v < float("inf") for v in losses)
+    assert sum(losses[-20:]) / 20 < 0.2 * losses[0]
+    # a learning rate 100× lower, as the rules alone might size it, does not: the trial mattered
+    assert not all(v < 1e12 for v in _train(0.001, 300, guarded=False))
+
+
+def test_without_an_affordable_snapshot_the_advice_is_shown_untried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state too large to copy under ``raise``: no snapshot, nothing tried, the advice as the
+    rules size it — never said to be verified."""
+    monkeypatch.setattr(SnapshotBudget, "MAX_BYTES", 0)
+    with pytest.raises(NonFiniteError) as info:
+        _train(0.1, 100, guarded=True)
+    d = info.value.diagnosis
+    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH and not d.trials
+    assert re.search(r"lr=[0-9.e-]+, momentum=0\.9\)  # was 0\.1$", d.fixes[0]), d.fixes[0]
+
+
+def _case(trials: tuple[Trial, ...]) -> list[str]:
+    h = History()
+    for i in range(10):  # |g| 1, lr 50, weights 10·1.5^i: update/weight ratio 5/1.5^i
+        h.append(StepRecord(step=i, loss=1.0 + i, grad_norm=1.0, param_norm=10.0 * 1.5**i, lr=50.0))
+    f = Finding(phase="forward", op="aten.mse_loss.default", step=10, module="")
+    d = diagnose(f, h, RunContext(optimizer="SGD", hyper={"lr": 50.0}, trials=trials))
+    assert d.cause is Cause.LEARNING_RATE_TOO_HIGH
+    return d.fixes
+
+
+def test_learning_rates_that_did_not_train_are_never_suggested_as_working() -> None:
+    """Every learning rate tried rose or went NaN: the one suggested is below them all and says
+    it is untried, naming those that failed."""
+    tried = (Trial(Fix(lr_factor=0.01), (5.0, 9.0, 30.0, 80.0), 4, lr=0.5),
+             Trial(Fix(lr_factor=0.001), (5.0, 6.0, float("nan")), 4, lr=0.05))
+    fixes = _case(tried)
+    assert "lr=0.005)  # was 50; untried: lr=0.5, 0.05 did not train on the failing step" in fixes[0], fixes[0]
+    assert "verified" not in " ".join(fixes)
+
+
+def test_a_clip_that_trained_where_no_learning_rate_was_tried_goes_first() -> None:
+    fixes = _case((Trial(Fix(clip_norm=2.0), (5.0, 4.0, 3.0, 2.5), 4),))
+    assert fixes[0].startswith("torch.nn.utils.clip_grad_norm_(") and fixes[0].endswith(
+        "# verified on the failing step: loss 5 → 2.5"), fixes
+
+
+def test_the_snapshot_budget_keeps_copies_cheap_and_small() -> None:
+    b = SnapshotBudget()
+    size = 1 << 20
+    assert b.due(0, None, 50, lambda: size)  # a first copy of a small state, before any time is known
+    assert not b.due(0, None, 50, lambda: SnapshotBudget.FIRST_BYTES + 1)
+    assert not b.due(10, 0, 50, lambda: size)  # not yet due
+    for t in range(10):
+        b.tick(t * 0.001)  # 1 ms steps
+    b.cost = 0.0001  # a 0.1 ms copy: 0.2 % of 50 steps is 0.1 ms
+    assert b.due(50, 0, 50, lambda: size)
+    b.cost = 0.001  # a 1 ms copy: only every 500 steps
+    assert not b.due(499, 0, 50, lambda: size) and b.due(500, 0, 50, lambda: size)
+    assert not b.due(5000, 0, 50, lambda: SnapshotBudget.MAX_BYTES + 1)
