@@ -35,7 +35,8 @@ def test_seed_scenario_is_caught_at_its_origin_before_the_update() -> None:
     assert f.step is not None and 2 <= f.step <= 8
     assert "relu2" in f.details["relu_grad"]
     assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
-    assert any("lr=0.025)  # was 4" in fix for fix in d.fixes)  # measured: ratio ≈ 1.6, not ÷4
+    # measured (ratio ≈ 1.6, not ÷4) and verified on the failing step
+    assert any("lr=0.04)  # was 4; verified on the failing step" in fix for fix in d.fixes), d.fixes
     assert "fc2" in str(info.value)
 
 

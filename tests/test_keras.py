@@ -501,9 +501,16 @@ def test_recover_rolls_back_backs_off_a_schedule_and_finishes() -> None:
     (r,) = cb.recoveries
     assert (r["action"], r["cause"], r["restored_step"]) == ("rollback", "learning-rate-too-high", 0)
     assert r["lr_scale"] < 0.05
-    # the back-off is a factor applied at every step: the recorded learning rate carries it
+    # the back-off is a factor applied at every step — grown back after 50 healthy steps: the
+    # recorded learning rate carries the factor in force
+    changes = cb.guard.recovery_state.lr_changes
+    assert changes and changes[0]["step"] == r["step"] + 50 and changes[0]["lr_scale"] == 2 * r["lr_scale"]
+
+    def scale_at(step: int) -> float:
+        return next((c["lr_scale"] for c in reversed(changes) if c["step"] < step), r["lr_scale"])
+
     after = [h for h in cb.guard.history if h.step > r["step"]]
-    assert all(h.lr == pytest.approx(seed_keras.LR * r["lr_scale"], rel=1e-6) for h in after)
+    assert all(h.lr == pytest.approx(seed_keras.LR * scale_at(h.step), rel=1e-6) for h in after)
     assert all(math.isfinite(v) for v in losses[r["step"] + 1:])
     assert losses[-1] < losses[0]
 

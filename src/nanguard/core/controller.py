@@ -32,6 +32,7 @@ from .diagnosis import Diagnosis
 from .early import EarlyWarning, EarlyWarnings
 from .errors import GiveUpError, NonFiniteError
 from .finding import Finding
+from .growth import Regrowth
 from .history import History
 from .outcome import Level, OutcomeJudge, healthy_now
 from .policy import ROLLBACK, Action, RecoveryConfig, RecoveryState, decide, loss_scale_gave_up
@@ -124,6 +125,9 @@ class StepController:
     escalations: int = 0
     _backend: Backend | None = field(default=None, repr=False)
     _drops: list[tuple[int, str]] = field(default_factory=list, repr=False)
+    #: when the back-off in force grows back (``recover``)
+    regrowth: Regrowth = field(default_factory=Regrowth)
+    _scale_seen: float = field(default=1.0, repr=False)
 
     # --- events ------------------------------------------------------------------------------------
     def healthy(self) -> None:
@@ -139,11 +143,31 @@ class StepController:
             self.steps_after_raise += 1
         if len(self.history):
             self.early.observe(self.history)
-        if not self.judge.judging or not len(self.history):
+        if self.judge.judging and len(self.history):
+            decided = self.judge.observe(self.history[-1])
+            if decided is not None and decided.status == "not-recovered":
+                self._escalate()
+        self._grow_back()
+
+    def _grow_back(self) -> None:
+        """Under ``recover``, with a back-off in force: raise it toward 1 after a run of healthy
+        steps, undo a raise the loss did not bear (:class:`~nanguard.core.growth.Regrowth`)."""
+        scale = self.state.lr_scale
+        if scale != self._scale_seen:  # an action (or a resumed state) changed it
+            self._scale_seen = scale
+            if len(self.history):
+                self.regrowth.backed_off(self.history[-1].step)
+        if self.config.policy != "recover" or (scale >= 1.0 and self.regrowth.probation is None):
             return
-        decided = self.judge.observe(self.history[-1])
-        if decided is not None and decided.status == "not-recovered":
-            self._escalate()
+        change = self.regrowth.step_ended(self.history, scale, self.judge.judging)
+        if change is None or self._backend is None:
+            return
+        new, why = change
+        step = self.history[-1].step
+        self.state = self.state.regrown(step, new, why)
+        self._scale_seen = new
+        self._backend.settings_changed()
+        say(f"nanguard: step {step}: learning-rate back-off ×{scale:.3g} → ×{new:.3g} ({why})")
 
     def snapshot_ok(self) -> bool:
         """May a snapshot be kept now as "last known good"? (The adapters ask before taking

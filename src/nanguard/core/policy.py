@@ -112,6 +112,8 @@ class RecoveryState:
     lr_scale: float = 1.0  # the learning-rate factor applied at every step from now on
     clip_norm: float | None = None  # the clipping threshold switched on (None: none)
     recoveries: tuple[dict[str, Any], ...] = field(default=())
+    #: the back-off growing back (:mod:`nanguard.core.growth`): ``{step, lr_scale, why}`` each
+    lr_changes: tuple[dict[str, Any], ...] = field(default=())
 
     def healthy(self) -> RecoveryState:
         """A good step: the consecutive count starts over."""
@@ -143,6 +145,11 @@ class RecoveryState:
             entry["eps"] = action.set_eps
         return replace(self, recoveries=(*self.recoveries, entry))
 
+    def regrown(self, step: int, lr_scale: float, why: str) -> RecoveryState:
+        """The back-off changed by the growth rule (not by an action): ``lr_scale`` from now on."""
+        entry = {"step": step, "lr_scale": lr_scale, "was": self.lr_scale, "why": why}
+        return replace(self, lr_scale=lr_scale, lr_changes=(*self.lr_changes, entry))
+
     def attempts(self) -> list[str]:
         """Every event and what was done about it: ``step 4: drop batch (nonfinite-input)``."""
         return [f"step {r['step']}: {r['description']}" + (f" ({r['cause']})" if r.get("cause") else "")
@@ -151,7 +158,8 @@ class RecoveryState:
     def to_dict(self) -> dict[str, Any]:
         return {"lr_scale": self.lr_scale, "clip_norm": self.clip_norm,
                 "notfinite_count": self.notfinite_count, "total_notfinite": self.total_notfinite,
-                "recoveries": [dict(x) for x in self.recoveries]}
+                "recoveries": [dict(x) for x in self.recoveries],
+                "lr_changes": [dict(x) for x in self.lr_changes]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RecoveryState:
@@ -159,7 +167,8 @@ class RecoveryState:
         return cls(notfinite_count=int(d.get("notfinite_count", 0)),
                    total_notfinite=int(d.get("total_notfinite", 0)),
                    lr_scale=float(d.get("lr_scale", 1.0)), clip_norm=float(clip) if clip is not None else None,
-                   recoveries=tuple(dict(x) for x in d.get("recoveries", [])))
+                   recoveries=tuple(dict(x) for x in d.get("recoveries", [])),
+                   lr_changes=tuple(dict(x) for x in d.get("lr_changes", [])))
 
 
 def decide(

@@ -1,0 +1,94 @@
+"""A learning-rate back-off that grows back (``recover``), as a dynamic loss scale does."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nanguard
+from nanguard.core.growth import GROW_EVERY, Regrowth
+from nanguard.core.history import History, StepRecord
+
+
+def _history(losses: list[float], start: int = 0) -> History:
+    h = History()
+    for i, v in enumerate(losses):
+        h.append(StepRecord(step=start + i, loss=v, grad_norm=1.0, param_norm=10.0, lr=0.01,
+                            update_norm=0.01))
+    return h
+
+
+def test_a_back_off_grows_back_after_healthy_steps_and_a_raise_the_loss_cannot_bear_is_undone() -> None:
+    h = History()
+    g = Regrowth()
+    g.backed_off(0)
+    for i in range(GROW_EVERY - 1):
+        h.append(StepRecord(step=i, loss=1.0 - 0.001 * i, grad_norm=1.0, param_norm=10.0, update_norm=0.01))
+        assert g.step_ended(h, 0.01, judging=False) is None  # not yet 50 healthy steps
+    h.append(StepRecord(step=GROW_EVERY, loss=0.95, grad_norm=1.0, param_norm=10.0, update_norm=0.01))
+    assert g.step_ended(h, 0.01, judging=True) is None  # a recovery still being judged: wait
+    change = g.step_ended(h, 0.01, judging=False)
+    assert change is not None and change[0] == 0.02 and "50 healthy steps" in change[1]
+    # on probation: the loss jumps tenfold three steps later → back to ×0.01, next wait doubled
+    for k, v in enumerate((0.96, 1.5, 30.0), start=GROW_EVERY + 1):
+        h.append(StepRecord(step=k, loss=v, grad_norm=1.0, param_norm=10.0, update_norm=0.01))
+        change = g.step_ended(h, 0.02, judging=False)
+    assert change is not None and change[0] == 0.01 and change[1].startswith("undone: the loss jumped to 30")
+    assert g.every == 2 * GROW_EVERY and g.probation is None
+
+
+def test_a_raise_kept_through_its_probation_lets_the_next_one_come() -> None:
+    g = Regrowth()
+    g.backed_off(0)
+    h = _history([1.0] * 60)
+    assert g.step_ended(h, 0.25, judging=False) == (0.5, "50 healthy steps since it last changed")
+    h2 = _history([1.0] * 111)  # the same steady loss for another 50 steps
+    for n in range(61, 111):  # steps 60..109: the probation ends at 59 + 50, kept
+        assert g.step_ended(_history([1.0] * n), 0.5, judging=False) is None
+    assert g.probation is None and g.last_change == 109
+    assert g.step_ended(h2, 0.5, judging=False) is None  # the next raise waits 50 steps from there
+    assert g.step_ended(_history([1.0] * 160), 0.5, judging=False) == (1.0, "50 healthy steps since it last changed")
+
+
+def _regression(lr: float, steps: int, policy: str | None) -> tuple[float, object]:
+    torch.manual_seed(0)
+    x = torch.randn(1024, 8)
+    y = x @ torch.randn(8, 1) + 0.1 * torch.randn(1024, 1)
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    guard = nanguard.attach(model, opt, policy=policy) if policy else None
+    if guard is not None:
+        guard.__enter__()
+    try:
+        for _ in range(steps):
+            idx = torch.randint(0, 1024, (64,))
+            opt.zero_grad()
+            loss = F.mse_loss(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+    finally:
+        if guard is not None:
+            guard.__exit__(None, None, None)
+    return sum(losses[-50:]) / 50, guard
+
+
+def test_recover_grows_a_back_off_far_below_the_sane_learning_rate_back_toward_it(capfd) -> None:  # type: ignore[no-untyped-def]
+    """SGD at lr 300 (3000× the sane 0.1): the verified back-offs leave lr ≈ 0.025; grown back
+    ×2 at a time, kept while the loss bears it, the run ends as well as the sane one."""
+    sane, _ = _regression(0.1, 800, None)
+    final, guard = _regression(300.0, 800, "recover")
+    state = guard.recovery_state  # type: ignore[attr-defined]
+    backed = min(r["lr_scale"] for r in state.recoveries if "lr_scale" in r)
+    kept = [c for c in state.lr_changes if not c["why"].startswith("undone")]
+    assert kept and state.lr_scale >= 4 * backed, state.lr_changes
+    assert any(c["why"].startswith("undone: ") for c in state.lr_changes)  # the one too far went back
+    assert final < 1.5 * sane, (final, sane)
+    err = capfd.readouterr().err
+    assert f"learning-rate back-off ×{backed:.3g} → ×{2 * backed:.3g} (50 healthy steps since it last changed)" in err
+    # the history's learning rate shows the factor over time
+    lrs = [r.lr for r in guard.history if r.lr is not None]  # type: ignore[attr-defined]
+    assert abs(lrs[-1] - 300.0 * state.lr_scale) < 1e-9 and max(lrs[60:]) > 1.9 * min(lrs[60:])
