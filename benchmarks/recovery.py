@@ -53,7 +53,7 @@ WITHIN = 2.0
 FIXED_ENV = "NANGUARD_SCENARIO_FIXED"
 VERIFY_ENV = "NANGUARD_VERIFY"
 #: causes for which ``recover`` has no blind fix: the run must stop with the diagnosis
-UNFIXABLE = ("unsafe-op", "bad-initialization", "nonfinite-parameters", "low-precision-overflow")
+UNFIXABLE = ("unsafe-op", "bad-initialization", "nonfinite-parameters", "low-precision-overflow", "unscaled-data")
 VERIFY_OK = "verify: weights and optimizer state stayed finite"
 VERIFY_BAD = "verify: non-finite"
 _LOSS = re.compile(

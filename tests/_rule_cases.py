@@ -12,7 +12,7 @@ import re
 from dataclasses import fields
 from typing import Any
 
-from nanguard.core.case import Case, Diagnosis, RunContext
+from nanguard.core.case import Case, DataScale, Diagnosis, RunContext
 from nanguard.core.evidence import Evidence, Headroom, MaskSource, Notes, Provenance, Sample, Update
 from nanguard.core.finding import TensorStats
 from nanguard.core.phrases import phrasebook
@@ -39,6 +39,17 @@ GROWING = Trends(
     grads=Growth(1.0, 2.0, 2.0), loss=Growth(2.0, 90.0, 45.0), median_update_ratio=0.4,
     recent_update_ratios=(0.3, 0.5), grad_norms=(1.0, 1.5, 2.0), lrs=(10.0,) * 6,
     last_grad_norm=2.0, first_loss=(0, 2.0),
+)
+#: one healthy step whose update was as large as the weights (Adam at a learning rate 2,500× too high)
+AFTER_HUGE_UPDATE = Trends(
+    healthy_steps=1, median_update_ratio=1.03, recent_update_ratios=(1.03,), grad_norms=(141.7,),
+    lrs=(2.5,), last_grad_norm=141.7, first_loss=(0, 2886.9),
+)
+#: raw features and targets in the hundreds: a first loss of 1.45e5, the weights blown up since
+RAW_DATA = Trends(
+    healthy_steps=4, weights=Growth(4.36e4, 9.75e17, 2.24e13), weights_per_step=2.8e4,
+    loss=Growth(1.45e5, 8.6e20, 5.9e15), median_update_ratio=1.0, recent_update_ratios=(1.0, 1.0),
+    grad_norms=(1e5, 1e9), lrs=(0.1,) * 4, last_grad_norm=1e9, first_loss=(0, 1.45e5),
 )
 #: the gradient norm grew 100× with the weights steady
 GRADS_GREW = Trends(
@@ -90,6 +101,10 @@ def cases(fw: str) -> dict[str, Case]:
         "batch_holds_nonfinite": case(
             fw, phase="data", op="input", dtype="float32", shape=(32, 4), nan=3, origin="data",
             input_name="x", samples=(Sample(3, "NaN", (1,)), Sample(7, "NaN", (0, 2)))),
+        "update_made_the_symptom": case(
+            fw, AFTER_HUGE_UPDATE, phase="forward", op=op("aten.exp.default", "Exp"), module="vae", posinf=8,
+            dtype="float32", inputs=(stats("self", min=-1486.0, max=1477.0, absmax=1486.0),),
+            ctx=_ctx(fw, optimizer="Adam", hyper={"lr": 2.5})),
         "weights_already_nonfinite": case(
             fw, FIRST, phase="forward", op="parameter", module="fc", origin="parameter",
             parameters=("fc.weight",), nan=4, step=0),
@@ -115,6 +130,12 @@ def cases(fw: str) -> dict[str, Case]:
         "optimizer_made_nonfinite": case(
             fw, phase="optimizer", op=op("Adam.step", "Adam.apply"), nan=6, grads_finite=True,
             parameters=("emb.weight",), ctx=_ctx(fw, optimizer="Adam", hyper={"lr": 1e-3, "eps": 0.0})),
+        "unscaled_data": case(
+            fw, RAW_DATA, phase="forward", op=op("aten.mse_loss.default", "Square"), posinf=1, dtype="float32",
+            inputs=(stats("self", absmax=1.3e19, min=8e17, max=1.3e19), stats("target", absmax=446.0, max=446.0)),
+            ctx=_ctx(fw, optimizer="SGD", hyper={"lr": 0.1}, data_scale=DataScale(
+                inputs_absmax=999.2, feature_spread=999.3, targets_absmax=446.0,
+                regression=op("mse_loss", "mean_squared_error")))),
         "optimizer_step_too_large": case(
             fw, GROWING, phase="optimizer", op=op("SGD.step", "SGD.apply"), posinf=2,
             grads_finite=True, ctx=_ctx(fw, optimizer="SGD", hyper={"lr": 10.0})),
@@ -164,6 +185,7 @@ DENIES: dict[Cause, tuple[str, ...]] = {
     Cause.LOW_PRECISION_OVERFLOW: ("in float32 the same op overflows", "float32 also overflows"),
     Cause.OPTIMIZER_STATE: ("gradients were not finite", "no update had been applied"),
     Cause.NONFINITE_PARAMETERS: ("weights were finite",),
+    Cause.UNSCALED_DATA: ("the data is standardised", "within unit scale"),
 }
 _ABOVE = re.compile(r"up to ([-+.\deE]+), above the \w+ maximum ([-+.\deE]+)")
 _GREW = re.compile(r"\bgrew ([-+.\deE]+)x")

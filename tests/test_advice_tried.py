@@ -33,15 +33,22 @@ def _unscaled(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def _train(lr: float, steps: int, guarded: bool, saved: dict[str, object] | None = None) -> list[float]:
+def _train(lr: float, steps: int, guarded: bool, saved: dict[str, object] | None = None,
+           standardised: bool = False, policy: str = "raise") -> list[float]:
     """The regression script: SGD with momentum 0.9, as a user writes it. ``saved``: the
-    weights and momentum just before each ``opt.step()`` (to compare with what is left)."""
+    weights and momentum just before each ``opt.step()`` (to compare with what is left);
+    ``standardised``: with the first fix nanguard suggests for it applied."""
     torch.manual_seed(0)
     x, y = _unscaled()
+    if standardised:
+        mean, std = x.mean(0), x.std(0).clamp_min(1e-8)
+        x = (x - mean) / std
+        y = (y - y.mean()) / y.std()
     net = nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 1))
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
     losses: list[float] = []
-    ctx = nanguard.attach(net, opt) if guarded else None
+    # one snapshot, before the first update: which later ones the budget allows depends on timing
+    ctx = nanguard.attach(net, opt, policy=policy, snapshot_every=1000) if guarded else None
     if ctx is not None:
         ctx.__enter__()
     try:
@@ -63,24 +70,29 @@ def _train(lr: float, steps: int, guarded: bool, saved: dict[str, object] | None
     return losses
 
 
-def test_the_default_modes_lr_advice_was_tried_and_trains_when_applied_by_hand() -> None:
-    """The unscaled regression at lr 0.1 (momentum 0.9) goes NaN. The suggested learning rate is
-    one that trained on the failing step (the back-off recover tries first did not), the line
-    keeps ``momentum=0.9``, and applied by hand the script trains without a NaN."""
+def test_unscaled_data_is_the_root_and_the_default_modes_advice_was_tried() -> None:
+    """Raw features up to 1000 and targets in the hundreds, SGD(lr=0.1, momentum=0.9): NaN. The
+    root is the data's scale (``unscaled-data``, with its numbers): first fix standardise — applied
+    by hand, the script trains at its own learning rate. The learning-rate line after it is one
+    that trained on the failing step (the back-offs recover tries first did not), keeps
+    ``momentum=0.9``, and applied by hand trains too. The run is left as it failed."""
     saved: dict[str, object] = {}
     with pytest.raises(NonFiniteError) as info:
         _train(0.1, 100, guarded=True, saved=saved)
     d = info.value.diagnosis
-    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
+    assert d is not None and d.cause is Cause.UNSCALED_DATA and d.rule == "unscaled_data"
+    assert any(e.startswith("the input features differ in scale 999x") for e in d.evidence), d.evidence
+    assert any(e.startswith("the mse_loss was already 1.") and "targets up to 4" in e for e in d.evidence)
+    assert d.fixes[0].startswith("mean, std = x.mean(0), x.std(0)") and d.fixes[1].startswith("y = (y - y.mean())")
     assert d.trials and d.trials[-1]["verified"] and not any(t["verified"] for t in d.trials[:-1])
     assert d.trials[0]["lr_factor"] is not None and d.trials[0]["from_step"] == 0
     good = d.trials[-1]["lr"]
     m = re.match(r"opt = torch\.optim\.SGD\(net\.parameters\(\), lr=([0-9.e+-]+), momentum=0\.9\)"
-                 r"  # was 0\.1; verified on the failing step: loss ", d.fixes[0])
-    assert m is not None, d.fixes[0]
+                 r"  # was 0\.1; verified on the failing step: loss ", d.fixes[2])
+    assert m is not None, d.fixes
     assert float(m.group(1)) == pytest.approx(good)
     text = str(info.value)
-    assert "tried on the failing step (from the snapshot of step 0):" in text
+    assert f"tried on the failing step (from the snapshot of step {d.trials[0]['from_step']}):" in text
     assert "(loss did not go down)" in text and "(verified)" in text
     # the run is left as it failed: the weights and the momentum of the failing step's start
     net, opt = saved["net"], saved["opt"]
@@ -89,12 +101,25 @@ def test_the_default_modes_lr_advice_was_tried_and_trains_when_applied_by_hand()
         assert torch.equal(p.detach(), w)
     for p, b in zip(net.parameters(), saved["momentum"]):  # type: ignore[call-overload]
         assert torch.equal(opt.state[p]["momentum_buffer"], b)
-    # applied by hand, the suggested learning rate trains: no NaN, the loss goes down
+    # applied by hand, the first fix trains at the script's own learning rate
+    losses = _train(0.1, 300, guarded=False, standardised=True)
+    assert all(v == v and v < float("inf") for v in losses) and sum(losses[-20:]) / 20 < 0.01
+    # and the verified learning rate trains the unscaled data without a NaN, the loss going down
     losses = _train(float(m.group(1)), 300, guarded=False)
     assert all(v == v and v < float("inf") for v in losses)
     assert sum(losses[-20:]) / 20 < 0.2 * losses[0]
     # a learning rate 100× lower, as the rules alone might size it, does not: the trial mattered
     assert not all(v < 1e12 for v in _train(0.001, 300, guarded=False))
+
+
+def test_recover_stops_on_unscaled_data_with_the_diagnosis() -> None:
+    """No back-off cures the data's scale (a learning rate 1e-6× the script's keeps it finite and
+    learns next to nothing): ``recover`` stops with the diagnosis, before any update is applied."""
+    with pytest.raises(NonFiniteError) as info:
+        _train(0.1, 100, guarded=True, policy="recover")
+    d = info.value.diagnosis
+    assert d is not None and d.cause is Cause.UNSCALED_DATA
+    assert d.fixes[0].startswith("mean, std = x.mean(0)")
 
 
 def test_without_an_affordable_snapshot_the_advice_is_shown_untried(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,8 +129,8 @@ def test_without_an_affordable_snapshot_the_advice_is_shown_untried(monkeypatch:
     with pytest.raises(NonFiniteError) as info:
         _train(0.1, 100, guarded=True)
     d = info.value.diagnosis
-    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH and not d.trials
-    assert re.search(r"lr=[0-9.e-]+, momentum=0\.9\)  # was 0\.1$", d.fixes[0]), d.fixes[0]
+    assert d is not None and d.cause is Cause.UNSCALED_DATA and not d.trials
+    assert re.search(r"lr=[0-9.e-]+, momentum=0\.9\)  # was 0\.1$", d.fixes[2]), d.fixes
 
 
 def _case(trials: tuple[Trial, ...]) -> list[str]:
@@ -147,3 +172,70 @@ def test_the_snapshot_budget_keeps_copies_cheap_and_small() -> None:
     b.cost = 0.001  # a 1 ms copy: only every 500 steps
     assert not b.due(499, 0, 50, lambda: size) and b.due(500, 0, 50, lambda: size)
     assert not b.due(5000, 0, 50, lambda: SnapshotBudget.MAX_BYTES + 1)
+
+
+class _VAE(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc, self.mu, self.logvar = nn.Linear(64, 32), nn.Linear(32, 8), nn.Linear(32, 8)
+        self.dec = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 64))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = F.relu(self.enc(x))
+        mu, lv = self.mu(h), self.logvar(h)
+        z = mu + torch.exp(0.5 * lv) * torch.randn_like(mu)
+        return self.dec(z), mu, lv
+
+
+def _vae(lr: float, steps: int, guarded: bool) -> list[float]:
+    torch.manual_seed(0)
+    x = torch.rand(1024, 64)
+    m = _VAE()
+    opt = torch.optim.Adam(m.parameters(), lr=lr)
+    out = []
+    with nanguard.attach(m, opt) if guarded else torch.enable_grad():
+        for _ in range(steps):
+            xb = x[torch.randint(0, 1024, (64,))]
+            opt.zero_grad()
+            rec, mu, lv = m(xb)
+            loss = (F.binary_cross_entropy_with_logits(rec, xb, reduction="sum")
+                    - 0.5 * torch.sum(1 + lv - mu.pow(2) - lv.exp()))
+            loss.backward()
+            opt.step()
+            out.append(float(loss.detach()))
+    return out
+
+
+def test_an_exp_pushed_over_by_the_update_before_it_is_the_learning_rate() -> None:
+    """A VAE whose one Adam step at a learning rate 2,500× too high pushed the log-variance to
+    ±1,480: the ``exp`` of it overflows at step 1. The update (ratio ≈ 1, as large as the weights)
+    is the cause, not the ``exp``: ``learning-rate-too-high``, its first fix a learning rate that
+    trained on the failing step — and applied by hand, the VAE trains without a NaN."""
+    with pytest.raises(NonFiniteError) as info:
+        _vae(2.5, 50, guarded=True)
+    f, d = info.value.finding, info.value.diagnosis
+    assert f.op == "aten.exp.default" and f.step == 1
+    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH and d.rule == "update_made_the_symptom"
+    assert any(e.startswith("the update just before was as large as the weights: update/weight ratio") for e in d.evidence)
+    assert any("the input of `exp` reached" in e for e in d.evidence)
+    m = re.match(r"opt = torch\.optim\.Adam\(m\.parameters\(\), lr=([0-9.e-]+)\)  # was 2\.5; verified", d.fixes[0])
+    assert m is not None, d.fixes
+    assert d.fixes[-1].startswith("torch.exp(x.clamp(")  # the guard on the op comes after
+    losses = _vae(float(m.group(1)), 300, guarded=False)
+    assert all(v == v and abs(v) < float("inf") for v in losses)
+
+
+def test_running_statistics_made_nonfinite_after_a_huge_update_are_the_learning_rate() -> None:
+    """BatchNorm's ``running_var`` is the first non-finite value, one step after an update as
+    large as the weights: the update is the cause (recovery can start), not a corrupt checkpoint.
+    The same buffer with healthy updates before it stays ``nonfinite-parameters``."""
+    from _rule_cases import AFTER_HUGE_UPDATE, CALM, case
+    from nanguard.core.diagnosis import diagnose_case
+
+    for trend, cause in ((AFTER_HUGE_UPDATE, Cause.LEARNING_RATE_TOO_HIGH), (CALM, Cause.NONFINITE_PARAMETERS)):
+        d = diagnose_case(case("torch", trend, phase="forward", op="parameter", module="bn1", origin="parameter",
+                               parameters=("bn1.running_var",), posinf=16, step=5))
+        assert d.cause is cause, (trend, d)
+    d = diagnose_case(case("torch", AFTER_HUGE_UPDATE, phase="forward", op="parameter", module="fc",
+                           origin="parameter", parameters=("fc.weight", "bn1.running_var"), nan=4, step=5))
+    assert d.cause is Cause.NONFINITE_PARAMETERS  # a weight among them: not a buffer's symptom

@@ -478,9 +478,11 @@ def test_unscaled_targets_are_named_when_the_learning_rate_blows_up() -> None:
             F.mse_loss(model(x), price).backward()
             opt.step()
     d = info.value.diagnosis
-    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
-    assert d.fixes[0].startswith("y = (y - y.mean()) / y.std()")
-    assert any(e.startswith("the loss was already 1.23e+11 at step 0") for e in d.evidence), d.evidence
+    assert d is not None and d.cause is Cause.UNSCALED_DATA  # the root, not the learning rate
+    assert d.fixes[0].startswith("y = (y - y.mean()) / y.std()")  # the inputs are standard normal
+    assert not any("mean, std = x.mean(0)" in f for f in d.fixes)
+    assert any(e.startswith("the mse_loss was already 1.23e+11 at step 0") and "targets up to 7.1e+05" in e
+               for e in d.evidence), d.evidence
 
 
 def test_a_model_built_after_attaching_does_not_crowd_the_first_step_out_of_the_tape() -> None:

@@ -132,27 +132,39 @@ def test_seed_scenario_learning_rate_too_high() -> None:
     assert d.fixes[0].startswith("optimizer = keras.optimizers.SGD(learning_rate=0.")
 
 
-def test_the_default_modes_learning_rate_advice_was_tried_on_the_failing_step() -> None:
-    """``fit`` on raw features and targets in the hundreds, SGD(0.1, momentum 0.9), policy
-    ``raise``: the learning rate suggested is one that trained on the failing step from the
-    snapshot before the first update (recover's ×0.01 did not), the line keeps the momentum, and
-    the run is left as it failed (the trials' updates are not the run's)."""
+def _unscaled_fit(standardised: bool, lr: float = 0.1, epochs: int = 2, cb: Any = None) -> list[float]:
     rng = np.random.default_rng(0)
     x = (rng.random((2048, 6)) * np.array([1.0, 10.0, 100.0, 1000.0, 5.0, 50.0])).astype("float32")
     y = (x @ np.array([[0.3], [0.02], [0.004], [0.0005], [0.2], [0.01]]) * 100 + 200).astype("float32")
+    if standardised:  # the first two fixes nanguard suggests for it
+        norm = keras.layers.Normalization()
+        norm.adapt(x)
+        x = norm(x)
+        y = (y - y.mean()) / y.std()
     model = _mlp(6)
-    opt = keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
-    model.compile(optimizer=opt, loss="mse")
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=lr, momentum=0.9), loss="mse")
+    h = model.fit(x, y, batch_size=64, epochs=epochs, verbose=0, callbacks=[cb] if cb is not None else [])
+    return [float(v) for v in h.history["loss"]]
+
+
+def test_unscaled_data_in_fit_is_the_root_and_the_advice_was_tried() -> None:
+    """``fit`` on raw features and targets in the hundreds, SGD(0.1, momentum 0.9), policy
+    ``raise``: ``unscaled-data``, first fix a ``Normalization`` layer — applied by hand (with the
+    targets scaled) ``fit`` trains at the script's own learning rate; the learning rate after it
+    is one that trained on the failing step from the snapshot before the first update."""
     with pytest.raises(NonFiniteError) as info:
-        model.fit(x, y, batch_size=64, epochs=2, verbose=0, callbacks=[nk.NanGuard()])
+        _unscaled_fit(False, cb=nk.NanGuard())
     d = info.value.diagnosis
-    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
+    assert d is not None and d.cause is Cause.UNSCALED_DATA
+    assert any(e.startswith("the mse was already ") and "targets up to 431" in e for e in d.evidence), d.evidence
+    assert d.fixes[0].startswith("norm = keras.layers.Normalization()")
     assert d.trials and d.trials[0]["from_step"] == 0 and d.trials[-1]["verified"]
     assert not any(t["verified"] for t in d.trials[:-1])
     lr = d.trials[-1]["lr"]
-    assert d.fixes[0] == (f"optimizer = keras.optimizers.SGD(learning_rate={lr:.2g}, momentum=0.9)  # was 0.1; "
-                          "verified on the failing step: loss " + d.fixes[0].split("loss ", 1)[1]), d.fixes[0]
-    assert int(opt.iterations.numpy()) == info.value.finding.step  # no trial update was kept
+    assert d.fixes[2].startswith(f"optimizer = keras.optimizers.SGD(learning_rate={lr:.2g}, momentum=0.9)  # was 0.1; "
+                                 "verified on the failing step: loss "), d.fixes
+    losses = _unscaled_fit(True, epochs=3)
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.05
 
 
 def test_adam_epsilon_zero_is_an_optimizer_finding() -> None:

@@ -21,7 +21,23 @@ from .taxonomy import Cause
 from .trends import Trends
 from .trials import Trial
 
-__all__ = ["Case", "Diagnosis", "Rule", "RunContext"]
+__all__ = ["Case", "DataScale", "Diagnosis", "Rule", "RunContext"]
+
+
+@dataclass(frozen=True)
+class DataScale:
+    """How far the data of the failing step is from unit scale, as the adapter read it.
+
+    ``inputs_absmax``: the largest |x| of the model's float inputs; ``feature_spread``: the largest
+    per-feature max |x| over the smallest (non-zero) one, for inputs with features on their last
+    axis; ``targets_absmax``: the largest |y| of a regression loss's targets, where found;
+    ``regression``: the loss the step computed, when it is a regression loss (``"mse_loss"``,
+    ``"MSELoss"``, ``"mean_squared_error"``), else ``None``."""
+
+    inputs_absmax: float | None = None
+    feature_spread: float | None = None
+    targets_absmax: float | None = None
+    regression: str | None = None
 
 
 @dataclass
@@ -56,6 +72,8 @@ class RunContext:
     #: the fixes tried on the failing step before the advice is written (policy ``raise``: see
     #: :meth:`~nanguard.core.step.StepDriver.act`): the advice says which trained
     trials: tuple[Trial, ...] = ()
+    #: the scale of the failing step's data (``None``: not read)
+    data_scale: DataScale | None = None
 
     @property
     def lr(self) -> float | None:

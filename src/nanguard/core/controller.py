@@ -301,6 +301,8 @@ class StepController:
         step from the newest snapshot — nothing is applied and the run is left as it failed. The
         advice then says which worked (:mod:`nanguard.core.rules.fixes`). ``None``: the cause has
         no fix to try, or the step cannot be re-run (no snapshot: the advice stays untried)."""
+        if diag.cause is Cause.UNSCALED_DATA:  # its second fix is a learning rate: tried as one
+            diag = replace(diag, cause=Cause.LEARNING_RATE_TOO_HIGH)
         if diag.cause not in ROLLBACK:
             return None
         ratio, clip = _agreed(backend, self.history.median_update_ratio(), self._clip(script_clip, adaptive))

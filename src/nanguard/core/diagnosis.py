@@ -19,7 +19,7 @@ from dataclasses import replace
 from .case import Case, Diagnosis, Rule, RunContext
 from .finding import Finding
 from .history import History
-from .rules import inputs, optimizer, overflow, precision, singular
+from .rules import inputs, optimizer, overflow, precision, roots, scale, singular
 from .trends import clip_threshold
 
 __all__ = ["RULES", "Diagnosis", "RunContext", "diagnose"]
@@ -28,6 +28,8 @@ __all__ = ["RULES", "Diagnosis", "RunContext", "diagnose"]
 RULES: tuple[Rule, ...] = (
     # the value was non-finite before any op made it
     inputs.batch_holds_nonfinite,
+    # a symptom (an exp overflow, non-finite running statistics) of the far too large update before it
+    roots.update_made_the_symptom,
     inputs.weights_already_nonfinite,
     inputs.mask_row_became_nan,
     inputs.explicit_nonfinite_constant,
@@ -36,6 +38,8 @@ RULES: tuple[Rule, ...] = (
     optimizer.clip_norm_overflowed,
     optimizer.optimizer_squares_overflowed,
     optimizer.optimizer_made_nonfinite,
+    # the data's scale, behind updates too large for the weights
+    scale.unscaled_data,
     optimizer.optimizer_step_too_large,
     # an op: its dtype, then its singular points
     precision.low_precision_overflow,

@@ -59,6 +59,8 @@ class LrPhrases:
     explode_fixes: tuple[str, ...]
     recurrent_fix: str | None
     scale_targets: str
+    #: standardise the inputs, feature by feature, with the training set's statistics
+    scale_inputs: str = ""
     #: a weight decay too strong for the learning rate (templates: opt, lr, wd, was, kept)
     weight_decay_fix: str | None = None
     #: a learning rate the script took from its command line (templates: flag, lr, was)
@@ -225,6 +227,10 @@ TORCH = Phrasebook(
         scale_targets=(
             "y = (y - y.mean()) / y.std()  # scale the targets (and x the same way); undo it on predictions"
         ),
+        scale_inputs=(
+            "mean, std = x.mean(0), x.std(0).clamp_min(1e-8)  # the training set's, kept for later data\n"
+            "x = (x - mean) / std  # each feature to mean 0, std 1, before batching"
+        ),
         weight_decay_fix=("{optvar} = torch.optim.{opt}({params}, lr={lr}, weight_decay={wd}{kept})"
                           "  # was weight_decay={was}"),
     ),
@@ -324,6 +330,11 @@ KERAS = Phrasebook(
         recurrent_fix=None,
         scale_targets=(
             "y = (y - y.mean()) / y.std()  # scale the targets (or keras.layers.Normalization for the inputs)"
+        ),
+        scale_inputs=(
+            "norm = keras.layers.Normalization()\n"
+            "norm.adapt(x)  # the training set's mean and std, feature by feature\n"
+            "x = norm(x)  # each feature to mean 0, std 1 (and norm(x_new) for later data)"
         ),
         weight_decay_fix=("{optvar} = keras.optimizers.{opt}(learning_rate={lr}, weight_decay={wd}{kept})"
                           "  # was weight_decay={was}"),

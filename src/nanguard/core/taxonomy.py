@@ -24,6 +24,7 @@ class Cause(str, Enum):
     LOW_PRECISION_OVERFLOW = "low-precision-overflow"
     OPTIMIZER_STATE = "optimizer-state"
     NONFINITE_PARAMETERS = "nonfinite-parameters"
+    UNSCALED_DATA = "unscaled-data"
 
     @property
     def headline(self) -> str:
@@ -46,6 +47,7 @@ _TITLES = {
     Cause.LOW_PRECISION_OVERFLOW: "low-precision overflow",
     Cause.OPTIMIZER_STATE: "the optimizer step made the weights non-finite",
     Cause.NONFINITE_PARAMETERS: "the weights were already non-finite",
+    Cause.UNSCALED_DATA: "the data is far from unit scale",
 }
 
 _DESCRIPTIONS = {
@@ -73,5 +75,10 @@ _DESCRIPTIONS = {
     ),
     Cause.NONFINITE_PARAMETERS: (
         "The weights were non-finite before the step began (for example a corrupt checkpoint)."
+    ),
+    Cause.UNSCALED_DATA: (
+        "The features or the targets are far from unit scale (raw values in the thousands, a first "
+        "loss of 1e5): every update is large, and no learning rate trains well until they are "
+        "standardised."
     ),
 }

@@ -10,7 +10,9 @@ carry the new settings into the traced step without a retrace.
 
 from __future__ import annotations
 
+import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,6 +32,8 @@ from .watch import GuardState, StepStats
 
 if TYPE_CHECKING:
     from .guard import KerasGuard
+
+log = logging.getLogger("nanguard")
 
 __all__ = ["KerasBackend", "all_variables", "initial_snapshot", "maybe_snapshot",
            "snapshot_before_first_update"]
@@ -62,7 +66,18 @@ class KerasBackend:
         return self.guard.history
 
     def context(self) -> RunContext:
-        return run_context(self.guard, self.state)
+        """At a failure: the run's context, with the scale of the failing step's batch."""
+        ctx = run_context(self.guard, self.state)
+        if self.prepare is None:
+            return ctx
+        from ._datascale import data_scale
+
+        try:
+            _fn, batch = self.prepare()
+        except Exception:  # no batch to read: the context without its scale
+            log.debug("nanguard: the failing batch could not be read for its scale", exc_info=True)
+            return ctx
+        return replace(ctx, data_scale=data_scale(batch, self.guard.model))
 
     def share(self, finding: Finding | None, diag: Diagnosis | None,
               bad_ranks: list[int]) -> tuple[Finding, Diagnosis]:

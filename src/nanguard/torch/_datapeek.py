@@ -1,7 +1,8 @@
 """A look at the data a run will train on, before it gets there: non-finite values already held.
 
 Runs **once per dataset**, when a ``DataLoader`` creates its iterator (before the first batch of
-an epoch), and **once per run** over the script's own variables at the end of its first step.
+an epoch), and **once per run** over the script's own variables at the end of its first step
+(then also the scale of that step's data, for the ``unscaled-data`` diagnosis).
 It reads what is already in memory — the tensors and arrays a ``Dataset`` holds as attributes
 (``TensorDataset.tensors``, ``self.x``, a list of per-sample tensors), and the float tensors and
 arrays in the frames of the user's code (``x_all = torch.from_numpy(...)`` sliced into batches
@@ -16,17 +17,20 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..core.case import DataScale
 from ..core.controller import StepController
 from ..core.datalook import MAX_ELEMENTS, Counts, Reader, array_counts, is_array_data, warning
 from ..core.early import NonFiniteData
 from ..core.source import user_frames
+from ._datascale import Collected, collect, measure
+from ._recorder import Event
 
 __all__ = ["TORCH", "DataLook", "attributes", "counts", "is_data", "peek_dataset", "peek_frames"]
 
@@ -120,6 +124,31 @@ class DataLook:
         self.controller = controller
         self._looked: weakref.WeakSet[Any] | None = None
         self.frames_looked = False
+        #: the scale of the first step's data (read once, at its end): what a diagnosis of
+        #: ``unscaled-data`` reads — the data as the run began, before any state it carries grew
+        self._scale: DataScale | None = None
+        self._tensors: Collected | None = None  # under the deferred watch: read at a failure
+        self.scale_read = False
+
+    def first_step_ended(self, events: Sequence[Event], deferred: bool | None) -> None:
+        """At the end of the run's first step, before its events are dropped: the scale of its
+        data (:mod:`._datascale`), once — under the deferred GPU watch only the tensors are
+        kept (one batch), read if a failure asks (a host read now would synchronise the step)."""
+        if self.scale_read:
+            return
+        self.scale_read = True
+        got = collect(events)
+        if deferred:
+            self._tensors = got
+        else:
+            self._scale = measure(got)
+
+    @property
+    def scale(self) -> DataScale | None:
+        """The scale of the first step's data (``None``: not read); asked at a failure only."""
+        if self._tensors is not None:
+            self._scale, self._tensors = measure(self._tensors), None
+        return self._scale
 
     def loader_started(self, loader: Any, step: int) -> None:
         """A ``DataLoader`` created its iterator (an epoch starts, before its first batch): look

@@ -12,6 +12,7 @@ import inspect
 import math
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -25,6 +26,7 @@ from ..core.ops import ADAPTIVE_OPTIMIZERS
 from ..core.trials import Fix, Trial, combine_ranks
 from . import _dist
 from ._backend import Actuator
+from ._datascale import data_scale
 from ._recorder import Event
 from ._script_names import script_names
 from ._watched import HYPER, WatchSet, opt_params, plain
@@ -133,7 +135,13 @@ class TorchPort:
         return h.of(self.actuator.watch.optimizer_name(self.opt)) if self.opt is not None else h
 
     def context(self) -> RunContext:
-        return self.guard.context(self.opt)
+        """At a failure: the run's context, with the scale of the run's first data (read at the
+        end of its first step; at a failure of the first step, read now)."""
+        look = self.guard.data
+        scale = look.scale
+        if not look.scale_read:
+            scale = data_scale(self.replayer.recorder.events if self.events is None else self.events)
+        return replace(self.guard.context(self.opt), data_scale=scale)
 
     def share(self, finding: Finding | None, diag: Diagnosis | None,
               bad_ranks: list[int]) -> tuple[Finding, Diagnosis]:

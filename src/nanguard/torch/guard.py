@@ -197,6 +197,8 @@ class Guard(GuardHandle):
             if len(history) == 1 or (opt is not None and opt is not self.watch.state.dtype_of):
                 self._note_dtype(opt)
             st.reset()
+            if not self.data.scale_read:
+                self.data.first_step_ended(self.recorder.events, self.opt_hooks.defer)
             self.recorder.new_step()
             if not self.data.frames_looked and history[-1].finite:
                 self.data.look_at_frames(self.driver.step, self.opt_hooks.defer)
