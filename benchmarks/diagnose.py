@@ -424,13 +424,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="passed through to `nanguard run --policy` (default: raise)")
     parser.add_argument("--jobs", type=int, default=JOBS, help=f"scenarios run at once (default {JOBS})")
     parser.add_argument("--framework", choices=("torch", "keras", "holdout", "keras-holdout", "holdout-lr",
-                                                "holdout-early", "holdout-late"),
+                                                "holdout-early", "holdout-late", "holdout-cure"),
                         default="torch",
                         help="torch: benchmarks/scenarios/*.py (default); keras: benchmarks/scenarios/keras/*.py; "
                         "holdout: benchmarks/scenarios/holdout/*.py (PyTorch scripts written after the suite); "
                         "keras-holdout: benchmarks/scenarios/keras/holdout/*.py (the same, for Keras); "
-                        "holdout-lr, holdout-early, holdout-late: the learning-rate and the two early-warning "
-                        "held-out rounds")
+                        "holdout-lr, holdout-early, holdout-late, holdout-cure: the learning-rate, the two "
+                        "early-warning and the cure held-out rounds")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S,
                         help=f"seconds per scenario (default {TIMEOUT_S})")
     parser.add_argument("--trace", action="store_true",
@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
                          else [sys.executable, str(Path(__file__)), *argv])
     sub = {"keras": "keras", "holdout": "holdout", "keras-holdout": "keras/holdout",
            "holdout-lr": "holdout_lr", "holdout-early": "holdout_early",
-           "holdout-late": "holdout_late"}.get(args.framework)
+           "holdout-late": "holdout_late", "holdout-cure": "holdout_cure"}.get(args.framework)
     scenarios = discover(args.only, SCENARIOS_DIR / sub if sub else SCENARIOS_DIR)
     if not scenarios:
         print(f"$ {command}\nno scenario matches {args.only!r}")

@@ -496,16 +496,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=JOBS, help=f"runs at once (default {JOBS})")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S,
                         help=f"seconds per run (default {TIMEOUT_S:g})")
-    parser.add_argument("--framework", choices=("torch", "keras", "holdout", "holdout-lr"), default="torch",
+    parser.add_argument("--framework", choices=("torch", "keras", "holdout", "holdout-lr", "holdout-cure"),
+                        default="torch",
                         help="torch: benchmarks/scenarios/*.py (default); keras: benchmarks/scenarios/keras/*.py; "
                              "holdout: benchmarks/scenarios/holdout/*.py (no hand-fixed versions: use --no-fixed); "
-                             "holdout-lr: benchmarks/scenarios/holdout_lr/*.py (learning rates 1e2-1e8x too high)")
+                             "holdout-lr: benchmarks/scenarios/holdout_lr/*.py (learning rates 1e2-1e8x too high); "
+                             "holdout-cure: benchmarks/scenarios/holdout_cure/*.py (the cure round)")
     parser.add_argument("--no-healthy", action="store_true", help="leave out the healthy controls")
     parser.add_argument("--no-fixed", action="store_true", help="skip the hand-fixed runs")
     args = parser.parse_args(argv)
     command = shlex.join(sys.orig_argv if argv is None
                          else [sys.executable, str(Path(__file__)), *argv])
-    sub = {"keras": "keras", "holdout": "holdout", "holdout-lr": "holdout_lr"}.get(args.framework)
+    sub = {"keras": "keras", "holdout": "holdout", "holdout-lr": "holdout_lr",
+           "holdout-cure": "holdout_cure"}.get(args.framework)
     directory = diagnose.SCENARIOS_DIR / sub if sub else diagnose.SCENARIOS_DIR
     scenarios = [s for s in diagnose.discover(args.only, directory)
                  if not (args.no_healthy and s.expect.healthy)]

@@ -74,3 +74,25 @@ def test_recurrence_gain_prints_a_row_per_cell_init_and_loss(spawn: Spawn) -> No
     rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and "×" in line]
     assert len(rows) == 3 * 6 * 2
     assert "| RNNCell (tanh) | default | last output | ×0." in r.stdout  # the default init shrinks it
+
+
+def test_advice_benchmark_applies_a_learning_rate_fix_through_the_scripts_own_flag(spawn: Spawn) -> None:
+    """One held-out learning-rate script: its first fix is run as ``--lr X`` and compared with
+    the sane version."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import advice
+
+    assert advice.apply_first_fix("run it again with `--lr 0.05` (it was `--lr 5`): ...", Path("x.py")) == [
+        "--lr", "0.05"]
+    script = ROOT / "benchmarks/scenarios/holdout_lr/r01_sgd_mlp_regression_lr_5.py"
+    assert advice.apply_first_fix("opt = torch.optim.SGD(model.parameters(), lr=0.05)  # was 5", script) == [
+        "--lr", "0.05"]
+    assert advice.apply_first_fix("y = (y - y.mean()) / y.std()", script) is None
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = spawn.python("benchmarks/advice.py", "--framework", "holdout-lr", "--only", "r01_", "--jobs", "1",
+                     cwd=ROOT, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "| `r01_sgd_mlp_regression_lr_5` | learning-rate-too-high |" in r.stdout, r.stdout
+    assert "first fixes applied from the command line: 1/1" in r.stdout

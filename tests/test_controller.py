@@ -251,3 +251,23 @@ def test_a_rollback_says_whether_its_fix_was_tried() -> None:
                                   "4 steps lost (verified on the failing step)")
     assert event_line({**rec, "verified": None}, 2).endswith("4 steps lost (untried: judged by the outcome)")
     assert event_line(rec, 11) is None and event_line(rec, 1000) is not None
+
+
+def test_a_learning_rate_cause_is_never_cured_by_dropping_batches_for_ever() -> None:
+    """Steps of a rollback cause that fail at the healthy weights whatever the fix get their
+    batch skipped — but not without end (SAC at a learning rate 10⁶× too high was "fixed" by 2,735
+    drops): spread too far apart for the repeated-source rule, the eleventh stops the run."""
+    from nanguard.core.controller import MAX_FORCED_DROPS
+
+    c = _controller()
+    b = FakeBackend(trials=lambda f: (float("nan"),))  # the step fails before any trial update
+    for k in range(MAX_FORCED_DROPS):
+        s = 20 + 30 * k
+        a = c.act(*_event(Cause.LEARNING_RATE_TOO_HIGH, step=s), b, step=s)
+        assert a.kind == "drop_batch", k
+    with pytest.raises(GiveUpError) as info:
+        s = 20 + 30 * MAX_FORCED_DROPS
+        c.act(*_event(Cause.LEARNING_RATE_TOO_HIGH, step=s), b, step=s)
+    assert "11 steps of this run failed at the healthy weights whatever the fix (learning-rate-too-high)" in str(
+        info.value.reason)
+    assert c.state.recoveries[-1]["action"] == "give_up"

@@ -41,12 +41,15 @@ from .render import event_line
 from .taxonomy import Cause
 from .trials import Fix, Trial, lr_candidates
 
-__all__ = ["DROP_WINDOW", "MAX_REPEATED_DROPS", "Backend", "StepController", "clip_suggestion"]
+__all__ = ["DROP_WINDOW", "MAX_FORCED_DROPS", "MAX_REPEATED_DROPS", "Backend", "StepController", "clip_suggestion"]
 
 #: ``recover`` stops after this many dropped batches from one source within :data:`DROP_WINDOW`
 #: steps, when they are half or more of the steps since the first of them
 MAX_REPEATED_DROPS = 5
 DROP_WINDOW = 100
+#: ``recover`` stops after this many batches of a rollback cause dropped in a run (each step
+#: failed at the healthy weights whatever the fix): however far apart, they are not a bad batch
+MAX_FORCED_DROPS = 10
 
 log = logging.getLogger("nanguard")
 
@@ -125,6 +128,7 @@ class StepController:
     escalations: int = 0
     _backend: Backend | None = field(default=None, repr=False)
     _drops: list[tuple[int, str]] = field(default_factory=list, repr=False)
+    _forced_drops: int = field(default=0, repr=False)
     #: when the back-off in force grows back (``recover``)
     regrowth: Regrowth = field(default_factory=Regrowth)
     _scale_seen: float = field(default=1.0, repr=False)
@@ -366,6 +370,12 @@ class StepController:
                 # it fails at the healthy weights whatever the update: the batch (or a state
                 # the script passed in) is what is wrong — skip it, as a bad batch is dropped
                 self._repeated_drops(finding, diag, step, after_update, backend, force=True)
+                self._forced_drops += 1
+                if self._forced_drops > MAX_FORCED_DROPS:
+                    self._give_up(finding, diag, step, after_update, backend,
+                                  f"{self._forced_drops} steps of this run failed at the healthy weights whatever "
+                                  f"the fix ({diag.cause.value}): dropping their batches does not cure a cause of "
+                                  "the update, and the run is not coming back")
                 return Action("drop_batch", f"the step fails at the healthy weights of step "
                               f"{trials[0].from_step} with every fix tried ({tried}){hint}: skipped "
                               "its batch"), trials
