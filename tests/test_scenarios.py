@@ -37,6 +37,7 @@ FAST = (
     "fp16_half_mlp_raw_counts",
     "optim_adam_eps0_dead_feature_mlp",
     "params_checkpoint_inf_mlp",
+    "unscaled_price_targets_mlp",
     "healthy_causal_mask_masked_fill",
     "healthy_manual_sgd_no_optimizer",
 )

@@ -1,4 +1,4 @@
-# expect: {"cause": "learning-rate-too-high", "phase": "forward", "op": "aten.mse_loss.default", "module": null}
+# expect: {"cause": "unscaled-data", "phase": "forward", "op": "aten.mse_loss.default", "module": null}
 # guess before tracer: weights grow geometrically (momentum 0.99 + lr 0.5 on targets ~1e5); first overflow in the squared error (aten.mse_loss.default, module null) or in the backward of it, after a handful of steps; reftrace: aten.mse_loss.default at step 2, module null (pred reached 4.9e30). Borderline: only 2 updates, the first gradient is already ~1e5-scale because of the raw targets, so "exploding-gradients" is a defensible reading too; what distinguishes: update/weight ratio >>1 at step 0 and weight norm growth (lr) vs gradient norm growing with weights near init (explode)
 # about: held out (round 3): written after the code by someone who had not read it or the suite. house-price regression on standardised features but raw targets (prices ~1e5), a 2-layer ReLU MLP trained with SGD(lr=0.5, momentum=0.99) copied from a classification recipe; each step overshoots and momentum amplifies it.
 import torch

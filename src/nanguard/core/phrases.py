@@ -63,6 +63,8 @@ class LrPhrases:
     scale_inputs: str = ""
     #: a weight decay too strong for the learning rate (templates: opt, lr, wd, was, kept)
     weight_decay_fix: str | None = None
+    #: a learning rate of the script's own update (no optimizer; templates: factor, why)
+    hand_update_fix: str | None = None
     #: a learning rate the script took from its command line (templates: flag, lr, was)
     lr_flag_fix: str = ("run it again with `{flag} {lr}` (it was `{flag} {was}`): your learning rate "
                         "comes from the command line")
@@ -233,6 +235,8 @@ TORCH = Phrasebook(
         ),
         weight_decay_fix=("{optvar} = torch.optim.{opt}({params}, lr={lr}, weight_decay={wd}{kept})"
                           "  # was weight_decay={was}"),
+        hand_update_fix=("lr = lr * {factor}  # the learning rate of your own update (`p -= lr * p.grad`), "
+                         "{why}"),
     ),
     init=InitPhrases(
         init_fix=(

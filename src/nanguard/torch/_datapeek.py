@@ -30,7 +30,6 @@ from ..core.datalook import MAX_ELEMENTS, Counts, Reader, array_counts, is_array
 from ..core.early import NonFiniteData
 from ..core.source import user_frames
 from ._datascale import Collected, collect, measure
-from ._recorder import Event
 
 __all__ = ["TORCH", "DataLook", "attributes", "counts", "is_data", "peek_dataset", "peek_frames"]
 
@@ -130,14 +129,14 @@ class DataLook:
         self._tensors: Collected | None = None  # under the deferred watch: read at a failure
         self.scale_read = False
 
-    def first_step_ended(self, events: Sequence[Event], deferred: bool | None) -> None:
-        """At the end of the run's first step, before its events are dropped: the scale of its
-        data (:mod:`._datascale`), once — under the deferred GPU watch only the tensors are
-        kept (one batch), read if a failure asks (a host read now would synchronise the step)."""
+    def first_step_ended(self, captured: Sequence[tuple[Any, ...]] | None, deferred: bool | None) -> None:
+        """At the end of the run's first step: the scale of its data (:mod:`._datascale`, from
+        the recorder's capture), once — under the deferred GPU watch only the tensors are kept
+        (one batch), read if a failure asks (a host read now would synchronise the step)."""
         if self.scale_read:
             return
         self.scale_read = True
-        got = collect(events)
+        got = collect(captured)
         if deferred:
             self._tensors = got
         else:

@@ -1,10 +1,12 @@
-"""How far the failing step's data is from unit scale, read from its recorded events.
+"""How far the run's data is from unit scale: its first step's batch and targets, read once.
 
-Runs once, at a diagnosis (never on a healthy step). The model's batch is the arguments of the
-step's first model call; a batch sliced from a dataset tensor on the tape (``x[idx]``) is read
-at its source, the tensor it was sliced from. A regression loss — ``F.mse_loss`` / ``l1_loss`` /
-``smooth_l1_loss`` / ``huber_loss`` on the tape, or an ``nn.MSELoss``-like module — names the
-loss kind and its second argument the targets. Best-effort: what cannot be read is left out.
+The step recorder keeps, until the first step ends, the arguments of the step's model calls and
+of its regression losses (``F.mse_loss`` / ``smooth_l1_loss`` / ``huber_loss`` on the tape, or an
+``nn.MSELoss``-like module): the model's first call names the batch, the loss's second argument
+the targets. Tensors in the autograd graph (state the model returned, weights) are not data and
+are left out. Read at the end of the first step (under the deferred GPU watch: at a failure,
+when a diagnosis asks) — never on a healthy step after it. Best-effort: what cannot be read is
+left out.
 """
 
 from __future__ import annotations
@@ -16,46 +18,56 @@ from typing import Any
 import torch
 
 from ..core.case import DataScale
-from ._recorder import Event, Ref, RootCall, TapeOp
 
-__all__ = ["Collected", "collect", "data_scale", "measure"]
+__all__ = ["Collected", "collect", "measure"]
 
 log = logging.getLogger("nanguard")
 
-_LOSS_OPS = {"mse_loss": "mse_loss", "l1_loss": "l1_loss", "smooth_l1_loss": "smooth_l1_loss",
-             "huber_loss": "huber_loss"}
 _LOSS_MODULES = {"MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss"}
-#: a tensor larger than this is not read (a healthy run never pays; a failure should not wait)
+#: a tensor larger than this is not read (a failure should not wait for it)
 MAX_ELEMENTS = 1 << 26
 
+#: what :func:`measure` reads: the model's inputs, the targets, the regression loss's name
+Collected = tuple[list[torch.Tensor], list[torch.Tensor], "str | None"]
 
-def _flat(obj: Any) -> Iterator[Any]:
-    if isinstance(obj, (list, tuple)):
+
+def _data(obj: Any) -> Iterator[torch.Tensor]:
+    """The float tensors ``obj`` holds that are data (not in the autograd graph)."""
+    if isinstance(obj, torch.Tensor):
+        if (obj.is_floating_point() and not obj.requires_grad and obj.grad_fn is None
+                and 0 < obj.numel() <= MAX_ELEMENTS and obj.device.type != "meta"):
+            yield obj
+    elif isinstance(obj, (list, tuple)):
         for v in obj:
-            yield from _flat(v)
+            yield from _data(v)
     elif isinstance(obj, dict):
         for v in obj.values():
-            yield from _flat(v)
-    else:
-        yield obj
+            yield from _data(v)
 
 
-def _sources(obj: Any, events: Sequence[Event], depth: int = 4) -> Iterator[torch.Tensor]:
-    """The float tensors ``obj`` holds, a tensor made on the tape read at the tensors it was
-    made from (not through a model call: its outputs are the model's, not the data)."""
-    for v in _flat(obj):
-        if isinstance(v, torch.Tensor):
-            if v.is_floating_point() and 0 < v.numel() <= MAX_ELEMENTS:
-                yield v
-        elif isinstance(v, Ref) and depth > 0 and 0 <= v.event < len(events):
-            ev = events[v.event]
-            if isinstance(ev, TapeOp):
-                yield from _sources(ev.args, events, depth - 1)
-
-
-def _op_name(ev: TapeOp) -> str:
-    name = getattr(ev.func, "__name__", str(ev.func))
-    return name.split(".")[0]
+def collect(captured: Sequence[tuple[Any, ...]] | None) -> Collected | None:
+    """The tensors a scale is read from, out of the recorder's capture (no value read: no host
+    synchronisation)."""
+    if not captured:
+        return None
+    try:
+        model = next((c for c in captured if c[0] == "call" and type(c[1]).__name__ not in _LOSS_MODULES
+                      and any(True for _ in c[1].parameters())), None)
+        if model is None:
+            return None
+        regression: str | None = None
+        targets: Any = None
+        for c in captured:
+            if c[0] == "op" and len(c[2]) >= 2:
+                regression, targets = c[1], c[2][1]
+                break
+            if c[0] == "call" and type(c[1]).__name__ in _LOSS_MODULES and len(c[2]) >= 2:
+                regression, targets = type(c[1]).__name__, c[2][1]
+                break
+        return list(_data((model[2], model[3]))), list(_data(targets)), regression
+    except Exception:  # best-effort evidence: never an error in the user's run
+        log.debug("nanguard: the data's tensors could not be found", exc_info=True)
+        return None
 
 
 def _absmax(ts: list[torch.Tensor]) -> float | None:
@@ -78,24 +90,6 @@ def _spread(ts: list[torch.Tensor]) -> float | None:
     return best
 
 
-def data_scale(events: Sequence[Event]) -> DataScale | None:
-    """The :class:`~nanguard.core.case.DataScale` of the step whose events these are."""
-    return measure(collect(events))
-
-
-#: what :func:`measure` reads: the model's inputs, the targets, the regression loss's name
-Collected = tuple[list[torch.Tensor], list[torch.Tensor], "str | None"]
-
-
-def collect(events: Sequence[Event]) -> Collected | None:
-    """The tensors a scale is read from (no value read: no host synchronisation)."""
-    try:
-        return _collect(events)
-    except Exception:  # best-effort evidence: never an error in the user's run
-        log.debug("nanguard: the data's tensors could not be found", exc_info=True)
-        return None
-
-
 def measure(got: Collected | None) -> DataScale | None:
     """Read the scale of :func:`collect`'s tensors (one host read per tensor)."""
     if got is None:
@@ -108,21 +102,3 @@ def measure(got: Collected | None) -> DataScale | None:
     except Exception:  # best-effort evidence: never an error in the user's run
         log.debug("nanguard: the data's scale could not be read", exc_info=True)
         return None
-
-
-def _collect(events: Sequence[Event]) -> Collected | None:
-    model = next((ev for ev in events if isinstance(ev, RootCall) and type(ev.module).__name__ not in _LOSS_MODULES
-                  and any(True for _ in ev.module.parameters())), None)
-    if model is None:
-        return None
-    inputs = list(_sources((model.args, model.kwargs), events))
-    regression = targets = None
-    for ev in events:
-        if isinstance(ev, TapeOp) and _op_name(ev) in _LOSS_OPS and len(ev.args) >= 2:
-            regression, targets = _LOSS_OPS[_op_name(ev)], ev.args[1]
-            break
-        if isinstance(ev, RootCall) and type(ev.module).__name__ in _LOSS_MODULES and len(ev.args) >= 2:
-            regression, targets = type(ev.module).__name__, ev.args[1]
-            break
-    ys = list(_sources(targets, events)) if targets is not None else []
-    return inputs, ys, regression

@@ -26,7 +26,7 @@ from ..core.ops import ADAPTIVE_OPTIMIZERS
 from ..core.trials import Fix, Trial, combine_ranks
 from . import _dist
 from ._backend import Actuator
-from ._datascale import data_scale
+from ._datascale import collect, measure
 from ._recorder import Event
 from ._script_names import script_names
 from ._watched import HYPER, WatchSet, opt_params, plain
@@ -138,9 +138,7 @@ class TorchPort:
         """At a failure: the run's context, with the scale of the run's first data (read at the
         end of its first step; at a failure of the first step, read now)."""
         look = self.guard.data
-        scale = look.scale
-        if not look.scale_read:
-            scale = data_scale(self.replayer.recorder.events if self.events is None else self.events)
+        scale = look.scale if look.scale_read else measure(collect(self.replayer.recorder.capture))
         return replace(self.guard.context(self.opt), data_scale=scale)
 
     def share(self, finding: Finding | None, diag: Diagnosis | None,

@@ -316,6 +316,9 @@ class StepRecorder:
         self.modules.quiet = False
         #: until the first step ends: the script's torch calls per line (set by the session)
         self.calls: ScriptCalls | None = None
+        #: until the first step ends (set by the data look): the model calls' and the regression
+        #: losses' own arguments, ``("call", module, args, kwargs)`` / ``("op", name, args)``
+        self.capture: list[tuple[Any, ...]] | None = None
 
     # --- the step's facts, as the guard reads them ------------------------------------------------
     @property
@@ -481,6 +484,10 @@ class StepRecorder:
             self.calls.op(site, grad)
         ev = TapeOp(func, sargs, skw, grad, where, rng)
         ev.prelude = prelude
+        if self.capture is not None:
+            name = getattr(func, "__name__", "").split(".")[0]  # F.mse_loss, or aten.mse_loss.default
+            if name in _REGRESSION:
+                self.capture.append(("op", name, args))
         gen = kwargs.get("generator") if kwargs else None
         if gen is not None and isinstance(gen, torch.Generator):
             # torch.randint(..., generator=g): the replay must draw the same numbers from g
@@ -549,6 +556,8 @@ class StepRecorder:
         ev = RootCall(mod, sargs, skw, grad, user_frame(3), RngState.capture(),
                       autocast=autocast_state())
         self.facts.pending_root = ev
+        if self.capture is not None:
+            self.capture.append(("call", mod, args, kwargs))
 
     def _from_model(self, spec: Any) -> bool:
         """Do the recorded arguments of a model call derive from an earlier model call of this
@@ -627,6 +636,10 @@ AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
 _OP_INFO: dict[Any, tuple[bool, bool]] = {}
+
+
+#: the regression losses whose targets tell the data's scale (see :mod:`._datascale`)
+_REGRESSION = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"}
 
 
 def _op_info(func: Any) -> tuple[bool, bool]:

@@ -107,6 +107,7 @@ class Guard(GuardHandle):
         self.driver = StepDriver(self.controller)
         self.modules = ModuleStack(model)
         self.recorder = StepRecorder(self.modules)
+        self.recorder.capture = []  # the first step's batch and targets, for the data's scale
         self.watch = WatchSet(model, self.modules)
         self.watch.primary = optimizer
         self.actuator = Actuator(self.controller, self.watch, Snapshotter(every=snapshot_every, directory=snapshot_dir),
@@ -198,7 +199,8 @@ class Guard(GuardHandle):
                 self._note_dtype(opt)
             st.reset()
             if not self.data.scale_read:
-                self.data.first_step_ended(self.recorder.events, self.opt_hooks.defer)
+                self.data.first_step_ended(self.recorder.capture, self.opt_hooks.defer)
+                self.recorder.capture = None  # the first step's data only
             self.recorder.new_step()
             if not self.data.frames_looked and history[-1].finite:
                 self.data.look_at_frames(self.driver.step, self.opt_hooks.defer)

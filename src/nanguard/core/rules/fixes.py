@@ -107,12 +107,27 @@ def lr_fixes(case: Case) -> list[str]:
         # assigning param_group["lr"]) would overwrite a new optimizer's lr — cap its peak
         book = say.lr.lr_fixes_varying
     fixes = [t.format(**kw) for t in book]
+    if ctx.optimizer is None and say.lr.hand_update_fix is not None:
+        # no optimizer: the script updates its weights itself — its own learning rate is the knob
+        fixes[0] = say.lr.hand_update_fix.format(**_hand_factor(case))
+        fixes = [f.replace("before optimizer.step()", "before your update") for f in fixes
+                 if "lr_scheduler" not in f]  # no optimizer for a scheduler to drive
     flag = lr_flag(user, ctx.argv)
     if flag is not None and book is not say.lr.lr_fixes_cyclic and book is not say.lr.lr_fixes_varying:
         # the script's own knob: the optimizer line it would replace is fed by the flag
         note = tried_note(case)
         fixes[0] = say.lr.lr_flag_fix.format(flag=flag[0], lr=kw["lr"], was=flag[1]) + (f" ({note})" if note else "")
     return _tried_first(case, _no_repeat(case, fixes))
+
+
+def _hand_factor(case: Case) -> dict[str, str]:
+    """The factor for a hand-written update's learning rate: the one that brings the measured
+    update/weight ratio to about 1e-2, else ÷4."""
+    ratio = case.trend.median_update_ratio
+    if ratio is not None and math.isfinite(ratio) and ratio > 0.02:
+        f = min(0.25, TARGET_RATIO / ratio)
+        return {"factor": f"{f:.2g}", "why": f"sized from the update/weight ratio {num(ratio)} (healthy: ≈ 1e-3)"}
+    return {"factor": "0.25", "why": "untried: no optimizer to try it with"}
 
 
 def _was(user: float | None, note: str) -> str:

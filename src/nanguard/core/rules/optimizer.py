@@ -155,15 +155,24 @@ _DECOUPLED = ("SGD", "AdamW")
 _WD_TARGET = 1e-4
 
 
+#: weight decays up to this are the usual ones (1e-4 for SGD, 0.01-0.1 for AdamW): above it, with
+#: lr × wd ≥ 1, the decay is what is off; below it, the learning rate
+USUAL_WEIGHT_DECAY = 0.1
+
+
 def decay_too_strong(case: Case) -> Diagnosis | None:
     """``lr × weight_decay ≥ 1``: each step multiplies the weights by ``1 − lr·wd`` ≤ 0 — they
     are zeroed, or flip sign and grow by ``|1 − lr·wd|`` a step. The learning rate alone is not
     the problem (the update/weight ratio of the gradient's part can be small): the weight decay
-    is, for this learning rate."""
+    is, for this learning rate — unless the decay is a usual one (≤ 0.1): then a learning rate of
+    10 or more is what is far off, and the learning-rate rules say so (``AdamW(lr=30,
+    weight_decay=0.1)``)."""
     ctx, say = case.ctx, case.say
     wd, lr = ctx.hyper.get("weight_decay"), ctx.lr
     if not isinstance(wd, (int, float)) or not lr or wd <= 0 or lr * wd < 1 or say.lr.weight_decay_fix is None:
         return None
+    if wd <= USUAL_WEIGHT_DECAY:
+        return None  # a usual weight decay: lr × wd ≥ 1 says the learning rate (≥ 10) is the one far off
     if ctx.framework == "torch" and ctx.optimizer not in _DECOUPLED:
         return None
     p = lr * wd

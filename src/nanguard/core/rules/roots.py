@@ -17,8 +17,8 @@ from .singular import find_singularity
 
 __all__ = ["update_made_the_symptom"]
 
-#: an update/weight ratio this large is an update as large as the weights (healthy: about 1e-3)
-HUGE_UPDATE = 0.1
+#: an update/weight ratio this large is an update about as large as the weights (healthy: about 1e-3)
+HUGE_UPDATE = 0.5
 #: the exp family: their overflow follows the size of their input, which an update can push
 _EXP = {"exp", "exp2", "expm1", "cosh", "sinh"}
 
@@ -41,8 +41,8 @@ def _the_update(case: Case) -> str | None:
         return None
     last = t.recent_update_ratios[-1] if t.recent_update_ratios else None
     if last is not None and last >= HUGE_UPDATE:
-        return (f"the update just before was {'as large as' if last >= 0.5 else 'a large share of'} the "
-                f"weights: update/weight ratio {num(last)} (healthy training: ≈ 1e-3)")
+        return (f"the update just before was about as large as the weights: update/weight ratio {num(last)} "
+                "(healthy training: ≈ 1e-3)")
     w = t.weights
     if w is not None and w.factor >= 10:
         return f"the weight norm grew {num(w.factor)}x over the last {t.window} steps: {num(w.first)} → {num(w.last)}"
