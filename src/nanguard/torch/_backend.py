@@ -214,14 +214,15 @@ class Actuator:
         budget = self.budget
         budget.tick(time.perf_counter())
         last = self.snapshots.last
-        opt = self.watch.primary
-        watched = self.watch.params()
 
         def nbytes() -> int:  # the weights, and about twice them of optimizer state (Adam's)
-            return 3 * sum(p.numel() * p.element_size() for p in watched)
+            return 3 * sum(p.numel() * p.element_size() for p in self.watch.params())
 
+        # the cheap test first: on most healthy steps nothing else is read
         if not budget.due(step, None if last is None else last.step, self.snapshots.every, nbytes):
             return
+        opt = self.watch.primary
+        watched = self.watch.params()
         if not self.controller.snapshot_ok() or not all_finite(watched):
             return
         t0 = time.perf_counter()
