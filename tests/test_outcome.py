@@ -97,6 +97,75 @@ def test_not_recovered_after_the_window_says_by_how_much_and_escalates() -> None
     assert "update/weight ratio 5 now" in out["reason"]
 
 
+def test_a_run_that_leaves_its_level_after_recovering_is_not_recovered_at_the_end() -> None:
+    """Recovered at the end of the window, then the loss swings back far above the level (a
+    back-off that was not enough): the run's end holds it to its verdict."""
+    c = _ctl()
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
+    for s in range(21, 21 + c.judge.window):
+        _step(c, s, 1.2)
+    assert c.judge.current is not None and c.judge.current.status == "recovered"
+    for s in range(71, 200):
+        _step(c, s, 1.2 if s % 3 else 30.0)  # a third of the steps 30×: still under the ceiling
+    held = c.run_ended(200)
+    assert held is not None and held["status"] == "recovered"
+    for s in range(200, 230):
+        _step(c, s, 8.0 if s % 4 else 0.9)  # the median of the last 20 is 8: four times the ceiling
+    out = c.run_ended(230)
+    assert out is not None and out["status"] == "not-recovered" and out["decided_step"] == 230
+    assert out["reason"] == ("the loss came back to the run's healthy level, then left it again: over "
+                             "the last 20 healthy steps its median is 8, above the healthy ceiling 2 "
+                             "(loss 1 before the event)")
+
+
+def test_a_verdict_too_recent_for_the_run_end_to_overturn_stays() -> None:
+    """The last healthy losses must all be after the verdict to overturn it."""
+    c = _ctl()
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
+    for s in range(21, 21 + c.judge.window):
+        _step(c, s, 1.2)
+    for s in range(71, 80):
+        _step(c, s, 9.0)
+    out = c.run_ended(80)
+    assert out is not None and out["status"] == "recovered"
+
+
+def test_the_summary_gives_the_factor_in_force_after_the_back_off_grew_back() -> None:
+    from nanguard.core.render import recovery_summary
+
+    recs = [{"step": 5, "action": "rollback", "cause": "learning-rate-too-high", "lr_factor": 0.031,
+             "lr_scale": 0.031, "description": "rollback + learning rate ×0.031", "verified": None}]
+    outcome = {"status": "recovered", "reason": "r", "lr_scale": 0.124, "lr_changes": [
+        {"step": 55, "lr_scale": 0.062, "was": 0.031}, {"step": 155, "lr_scale": 0.124, "was": 0.062},
+        {"step": 158, "lr_scale": 0.062, "was": 0.124}, {"step": 258, "lr_scale": 0.124, "was": 0.062}]}
+    text = recovery_summary(1000, recs, 1, "recover", outcome)
+    assert text is not None and "the learning rate is now ×0.124 the script's" in text
+    assert "the back-off grew back ×2 3 times after healthy stretches, 1 of the raises undone" in text
+    plain = recovery_summary(1000, recs, 1, "recover", {"status": "recovered", "reason": "r"})
+    assert plain is not None and "now ×0.031" in plain and "grew back" not in plain
+
+
+def test_a_hand_written_updates_back_off_is_sized_by_the_weight_norms_change() -> None:
+    """No optimizer, no learning rate: no update/weight ratio is measured. The weight norm's
+    change between steps bounds it from below (|Δw| ≥ |‖w'‖ − ‖w‖|): weights that moved 30 % a
+    step are backed off to a ratio of 1e-2 (×0.033), not halved."""
+    h = History()
+    norms = [10.0, 13.0, 16.9, 500.0, 9e4]  # the first update moved the weights ≥ 30 %
+    for i, w in enumerate(norms):
+        h.append(StepRecord(step=i, loss=1.0 + i, grad_norm=1.0, param_norm=w))
+    assert h.median_update_ratio() is None
+    assert h.norm_change_ratio() == pytest.approx(0.3)  # the lower quartile of 0.3, 0.3, 28.6, 179
+    c = StepController(RecoveryConfig(policy="recover"), h)
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=5)
+    assert c.state.recoveries[-1]["lr_factor"] == 0.033
+    calm = History()
+    for i in range(10):  # weights that barely move: the usual halving
+        calm.append(StepRecord(step=i, loss=1.0, grad_norm=1.0, param_norm=10.0 + 0.01 * i))
+    c = StepController(RecoveryConfig(policy="recover"), calm)
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=10)
+    assert c.state.recoveries[-1]["lr_factor"] == 0.5
+
+
 def test_a_run_that_ends_inside_the_window_is_judged_on_what_was_seen() -> None:
     c = _ctl("skip")
     c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)

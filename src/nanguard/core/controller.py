@@ -34,7 +34,7 @@ from .errors import GiveUpError, NonFiniteError
 from .finding import Finding
 from .growth import Regrowth
 from .history import History
-from .outcome import Level, OutcomeJudge, healthy_now
+from .outcome import LEVEL_STEPS, Level, OutcomeJudge, healthy_now
 from .policy import ROLLBACK, Action, RecoveryConfig, RecoveryState, decide, loss_scale_gave_up
 from .ranks import say
 from .render import event_line
@@ -181,9 +181,14 @@ class StepController:
     def run_ended(self, step: int) -> dict[str, Any] | None:
         """The run ended: decide an open episode; the run's outcome (``None``: nothing was
         ever done about a non-finite step)."""
-        self.judge.ended(step)
+        self.judge.ended(step, self.history.series("loss", LEVEL_STEPS))
         v = self.judge.verdict()
-        return v.to_dict() if v is not None else None
+        if v is None:
+            return None
+        out = v.to_dict()
+        if self.state.lr_changes:  # the back-off grew back: the factor in force at the end
+            out.update(lr_scale=self.state.lr_scale, lr_changes=[dict(c) for c in self.state.lr_changes])
+        return out
 
     def _escalate(self) -> None:
         """The last recovery did not bring the run back: under ``recover``, for a cause a
@@ -259,7 +264,7 @@ class StepController:
                           "the batch nor a rollback resets it")
         self._backend = backend
         self._repeated_drops(finding, diag, step, after_update, backend)
-        ratio, clip = _agreed(backend, self.history.median_update_ratio(), self._clip(script_clip, adaptive))
+        ratio, clip = _agreed(backend, self.history.update_ratio_estimate(), self._clip(script_clip, adaptive))
         action, self.state = decide(self.config, self.state, diag, step, clip, eps, ratio)
         if action.kind == "raise":
             self._raise(NonFiniteError(finding, diag), step)
@@ -309,7 +314,7 @@ class StepController:
             diag = replace(diag, cause=Cause.LEARNING_RATE_TOO_HIGH)
         if diag.cause not in ROLLBACK:
             return None
-        ratio, clip = _agreed(backend, self.history.median_update_ratio(), self._clip(script_clip, adaptive))
+        ratio, clip = _agreed(backend, self.history.update_ratio_estimate(), self._clip(script_clip, adaptive))
         action, _ = decide(replace(self.config, policy="recover"), self.state, diag, step, clip, eps, ratio)
         if action.kind != "rollback":
             return None

@@ -12,7 +12,7 @@ non-finite or the loss jumps tenfold, or at the end the loss (the median of the 
 second half) sits above the healthy ceiling measured just before it, or the updates swamp the
 weights, the raise is undone and the next one waits twice as long. The history's ``lr``
 shows the factor over time; each change is one line on stderr and one entry of
-``RecoveryState.lr_changes`` (the run log's ``lr_changes``).
+``RecoveryState.lr_changes`` (the run log's ``outcome.lr_changes``, and the summary's factor in force).
 """
 
 from __future__ import annotations

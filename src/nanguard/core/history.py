@@ -181,6 +181,29 @@ class History:
         )
         return vals[len(vals) // 2] if vals else None
 
+    def norm_change_ratio(self, n: int = 20) -> float | None:
+        """Where no step measured its update (a hand-written ``p -= lr * p.grad``: no optimizer,
+        no learning rate): a lower bound of ``|Δw|/|w|`` from the weight norm's change between
+        consecutive healthy steps (``|Δw| ≥ |‖w'‖ − ‖w‖|``), the lower quartile over the last
+        ``n`` healthy steps — a run that diverged over its last steps is sized by where it began,
+        as :class:`~nanguard.core.outcome.Level` takes its loss level. ``None`` with fewer than
+        two consecutive weight norms."""
+        recs = self.healthy(n)
+        bounds = sorted(
+            abs(b.param_norm - a.param_norm) / a.param_norm
+            for a, b in itertools.pairwise(recs)
+            if b.step == a.step + 1 and a.param_norm and b.param_norm is not None
+            and math.isfinite(a.param_norm) and math.isfinite(b.param_norm)
+        )
+        return bounds[int(0.25 * (len(bounds) - 1))] if bounds else None
+
+    def update_ratio_estimate(self, n: int = 20) -> float | None:
+        """What sizes a learning-rate back-off: the median measured ``|Δw|/|w|``
+        (:meth:`median_update_ratio`), else the bound from the weight norm's change
+        (:meth:`norm_change_ratio`)."""
+        measured = self.median_update_ratio(n)
+        return measured if measured is not None else self.norm_change_ratio(n)
+
     def median(self, name: str, n: int | None = None) -> float | None:
         vals = sorted(self.series(name, n))
         if not vals:

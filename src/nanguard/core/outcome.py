@@ -215,9 +215,14 @@ class OutcomeJudge:
                                 "had not come back to the run's healthy level")
         return cur
 
-    def ended(self, step: int) -> Outcome | None:
-        """The run ended: an episode still being judged is decided on what was seen."""
+    def ended(self, step: int, tail: list[float] | None = None) -> Outcome | None:
+        """The run ended: an episode still being judged is decided on what was seen; one
+        decided ``recovered`` is held to it to the end — when the median of ``tail`` (the run's
+        last healthy losses, :data:`LEVEL_STEPS` of them, all after the verdict) sits above its
+        ceiling again, the run relapsed: ``not-recovered``."""
         cur = self.current
+        if cur is not None and cur.status == "recovered" and tail:
+            self._relapsed(cur, step, tail)
         if cur is None or cur.status != "judging":
             return cur
         if cur.level.ceiling is None:
@@ -239,6 +244,18 @@ class OutcomeJudge:
             self._not_recovered(cur, step, f"the run ended {n} healthy step{'s' if n != 1 else ''} "
                                 "after the last event, before its loss came back to its healthy level")
         return cur
+
+    def _relapsed(self, cur: Outcome, step: int, tail: list[float]) -> None:
+        """A recovered episode whose loss, over the run's last healthy steps, is off its level
+        again (a back-off that was not enough: the loss swings far above where it came back to)."""
+        now, ceiling = _median(tail), cur.ceiling
+        if (cur.decided_step is None or step - cur.decided_step < len(tail) or len(tail) < self.min_steps
+                or now is None or ceiling is None or now <= ceiling):
+            return
+        cur.status, cur.decided_step = "not-recovered", step
+        cur.reason = (f"the loss came back to the run's healthy level, then left it again: over the "
+                      f"last {len(tail)} healthy steps its median is {now:.4g}, above the healthy "
+                      f"ceiling {ceiling:.4g} (loss {cur.level.loss:.4g} before the event)")
 
     def _not_recovered(self, cur: Outcome, step: int, why: str) -> None:
         if cur.bad_batch and cur.level.steps < SHORT:

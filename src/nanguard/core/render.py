@@ -216,12 +216,20 @@ def recovery_summary(
     totals = [f"{rollbacks} rollback{'s' if rollbacks != 1 else ''}",
               f"{dropped} batch{'es' if dropped != 1 else ''} dropped", f"{skipped} skipped"]
     scale = next((r["lr_scale"] for r in reversed(recoveries) if r.get("lr_scale") is not None), None)
+    changes = (outcome or {}).get("lr_changes") or []
+    if changes:  # the back-off grew back since the last action: the factor in force now
+        scale = (outcome or {}).get("lr_scale", scale)
     if scale is not None and scale != 1:
         totals.append(f"the learning rate is now ×{scale:.3g} the script's")
     clip = next((r["clip_norm"] for r in reversed(recoveries) if r.get("clip_norm") is not None), None)
     if clip is not None:
         totals.append(f"gradients clipped at {clip:.3g}")
     lines.append("  in all: " + ", ".join(totals))
+    if changes:
+        raised = sum(1 for c in changes if c.get("lr_scale", 0) > c.get("was", 0))
+        undone = len(changes) - raised
+        lines.append(f"  the back-off grew back ×2 {raised} time{'s' if raised != 1 else ''} after healthy "
+                     f"stretches, {undone} of the raises undone on probation (the run log's outcome.lr_changes)")
     lines.extend(trial_lines(recoveries))
     lines.extend(outcome_lines(outcome))
     return "\n".join(lines)

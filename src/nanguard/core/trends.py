@@ -51,6 +51,9 @@ class Trends:
     #: median ``|Δw|/|w|`` over the healthy steps, and the ratios of the last 8 steps
     median_update_ratio: float | None = None
     recent_update_ratios: tuple[float, ...] = ()
+    #: no update measured (a hand-written update): the lower bound of ``|Δw|/|w|`` from the
+    #: weight norm's change (:meth:`~nanguard.core.history.History.norm_change_ratio`)
+    norm_change_ratio: float | None = None
     #: the gradient norms (last 200 healthy steps) and learning rates (last 500) seen
     grad_norms: tuple[float, ...] = ()
     lrs: tuple[float, ...] = ()
@@ -76,6 +79,7 @@ class Trends:
             recent_update_ratios=tuple(
                 r.update_ratio for r in h.last(WINDOW) if r.update_ratio is not None
             ),
+            norm_change_ratio=None if ratios else h.norm_change_ratio(),
             grad_norms=tuple(h.series("grad_norm", 200)),
             lrs=tuple(h.series("lr", 500)),
             last_grad_norm=next(iter(h.series("grad_norm", 1)), None),

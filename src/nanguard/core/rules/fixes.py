@@ -123,7 +123,11 @@ def lr_fixes(case: Case) -> list[str]:
 def _hand_factor(case: Case) -> dict[str, str]:
     """The factor for a hand-written update's learning rate: the one that brings the measured
     update/weight ratio to about 1e-2, else ÷4."""
-    ratio = case.trend.median_update_ratio
+    ratio, bound = case.trend.median_update_ratio, case.trend.norm_change_ratio
+    if ratio is None and bound is not None and math.isfinite(bound) and bound > 0.02:
+        f = min(0.25, TARGET_RATIO / bound)
+        return {"factor": f"{f:.2g}", "why": f"untried: sized from the weight norm's change, "
+                f"{num(bound)} of the weights a step at least (healthy: ≈ 1e-3)"}
     if ratio is not None and math.isfinite(ratio) and ratio > 0.02:
         f = min(0.25, TARGET_RATIO / ratio)
         return {"factor": f"{f:.2g}", "why": f"sized from the update/weight ratio {num(ratio)} (healthy: ≈ 1e-3)"}
