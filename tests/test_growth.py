@@ -92,3 +92,41 @@ def test_recover_grows_a_back_off_far_below_the_sane_learning_rate_back_toward_i
     # the history's learning rate shows the factor over time
     lrs = [r.lr for r in guard.history if r.lr is not None]  # type: ignore[attr-defined]
     assert abs(lrs[-1] - 300.0 * state.lr_scale) < 1e-9 and max(lrs[60:]) > 1.9 * min(lrs[60:])
+
+
+def test_a_raise_that_diverges_the_weights_is_undone_with_a_rollback_to_before_it() -> None:
+    """No snapshot is kept while a raise is on probation; when the loss jumps tenfold the raise
+    is undone and the run goes back to the snapshot from before it (the damage is in the
+    weights)."""
+    from nanguard.core.controller import StepController
+    from nanguard.core.diagnosis import Diagnosis
+    from nanguard.core.finding import Finding
+    from nanguard.core.policy import RecoveryConfig
+    from nanguard.core.taxonomy import Cause
+    from test_controller import FakeBackend
+
+    c = StepController(RecoveryConfig(policy="recover"), _history([1.0] * 20))
+    b = FakeBackend(snapshot_step=0)
+    diag = Diagnosis(Cause.LEARNING_RATE_TOO_HIGH, 0.9, "lr")
+    c.act(Finding(phase="forward", op="aten.mse_loss.default", step=20), diag, b, step=20)
+
+    def step(s: int, loss: float) -> None:
+        c.history.append(StepRecord(step=s, loss=loss, grad_norm=1.0, param_norm=10.0, lr=0.01,
+                                    update_norm=0.01))
+        c.healthy()
+        c.step_ended()
+
+    s = 21
+    while not c.state.lr_changes:
+        assert c.snapshot_ok() or c.judge.judging
+        step(s, 1.0)
+        s += 1
+    assert c.state.lr_scale == 1.0 and not c.snapshot_ok()  # on probation: no "last good" kept
+    calls = len(b.calls)
+    for loss in (1.0, 40.0):
+        step(s, loss)
+        s += 1
+    change = c.state.lr_changes[-1]
+    assert change["lr_scale"] == 0.5 and change["why"] == (
+        "undone: the loss jumped to 40, ten times the 2 it kept before; rolled back to step 0")
+    assert b.calls[calls:] == ["rollback", "settings_changed"]

@@ -166,6 +166,29 @@ def test_a_hand_written_updates_back_off_is_sized_by_the_weight_norms_change() -
     assert c.state.recoveries[-1]["lr_factor"] == 0.5
 
 
+def test_with_two_optimizers_the_recovery_is_judged_on_the_primarys_loss() -> None:
+    """An actor-critic: the critic (the first to step) has a loss that goes down; the actor's
+    policy-gradient loss swings over orders of magnitude and is not meant to. The level, the
+    ceiling and the verdict are the critic's."""
+    h = History()
+    for i in range(40):
+        name, loss = ("Adam[0]", 1.0) if i % 2 == 0 else ("Adam[1]", -1e9 * (i % 5))
+        h.append(StepRecord(step=i, loss=loss, grad_norm=1.0, param_norm=10.0, lr=1e-3, optimizer=name))
+    c = StepController(RecoveryConfig(policy="recover"), History())
+    for r in h:
+        c.history.append(r)
+        c.step_ended()
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=40)
+    for s in range(41, 41 + 2 * c.judge.window):
+        name, loss = ("Adam[0]", 1.3) if s % 2 == 0 else ("Adam[1]", -3e9)
+        c.history.append(StepRecord(step=s, loss=loss, grad_norm=1.0, param_norm=10.0, lr=1e-3, optimizer=name))
+        c.healthy()
+        c.step_ended()
+    out = c.run_ended(41 + 2 * c.judge.window)
+    assert out is not None and out["status"] == "recovered"
+    assert out["loss_before"] == 1.0 and out["loss_ceiling"] == 2.0 and out["loss_now"] == 1.3
+
+
 def test_a_run_that_ends_inside_the_window_is_judged_on_what_was_seen() -> None:
     c = _ctl("skip")
     c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)

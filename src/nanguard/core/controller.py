@@ -33,7 +33,7 @@ from .early import EarlyWarning, EarlyWarnings
 from .errors import GiveUpError, NonFiniteError
 from .finding import Finding
 from .growth import Regrowth
-from .history import History
+from .history import History, StepRecord
 from .outcome import LEVEL_STEPS, Level, OutcomeJudge, healthy_now
 from .policy import ROLLBACK, Action, RecoveryConfig, RecoveryState, decide, loss_scale_gave_up
 from .ranks import say
@@ -132,6 +132,9 @@ class StepController:
     #: when the back-off in force grows back (``recover``)
     regrowth: Regrowth = field(default_factory=Regrowth)
     _scale_seen: float = field(default=1.0, repr=False)
+    #: the optimizer of the run's first step, and whether another one stepped too
+    _primary: str | None = field(default=None, repr=False)
+    _several: bool = field(default=False, repr=False)
 
     # --- events ------------------------------------------------------------------------------------
     def healthy(self) -> None:
@@ -147,11 +150,29 @@ class StepController:
             self.steps_after_raise += 1
         if len(self.history):
             self.early.observe(self.history)
-        if self.judge.judging and len(self.history):
+            self._note_optimizer(self.history[-1].optimizer)
+        if self.judge.judging and len(self.history) and self._primary_step(self.history[-1]):
             decided = self.judge.observe(self.history[-1])
             if decided is not None and decided.status == "not-recovered":
                 self._escalate()
         self._grow_back()
+
+    def _note_optimizer(self, name: str | None) -> None:
+        if name is not None and name != self._primary:
+            if self._primary is None:
+                self._primary = name
+            else:
+                self._several = True
+
+    def _primary_step(self, rec: StepRecord) -> bool:
+        return not self._several or rec.optimizer in (None, self._primary)
+
+    def _judged(self, n: int = 4 * LEVEL_STEPS) -> History:
+        """The steps a recovery is judged on: with several optimizers, the primary's (an
+        actor-critic's critic; the actor's policy-gradient loss is not meant to go down)."""
+        if not self._several or self._primary is None:
+            return self.history
+        return self.history.tail_of(self._primary, n)
 
     def _grow_back(self) -> None:
         """Under ``recover``, with a back-off in force: raise it toward 1 after a run of healthy
@@ -163,11 +184,18 @@ class StepController:
                 self.regrowth.backed_off(self.history[-1].step)
         if self.config.policy != "recover" or (scale >= 1.0 and self.regrowth.probation is None):
             return
-        change = self.regrowth.step_ended(self.history, scale, self.judge.judging)
+        change = self.regrowth.step_ended(self._judged(2 * self.regrowth.every + 4 * LEVEL_STEPS), scale,
+                                          self.judge.judging)
         if change is None or self._backend is None:
             return
         new, why = change
         step = self.history[-1].step
+        if new < scale and self.regrowth.damaged:
+            # the raise diverged the weights: back to the snapshot from before it (none is
+            # taken while a raise is on probation)
+            restored = self._backend.rollback()
+            if restored is not None:
+                why += f"; rolled back to step {restored}"
         self.state = self.state.regrown(step, new, why)
         self._scale_seen = new
         self._backend.settings_changed()
@@ -176,12 +204,13 @@ class StepController:
     def snapshot_ok(self) -> bool:
         """May a snapshot be kept now as "last known good"? (The adapters ask before taking
         one after a healthy step: see :func:`~nanguard.core.outcome.healthy_now`.)"""
-        return healthy_now(self.history, self.judge)
+        # nor while a raised learning rate is on probation: an undo goes back to before it
+        return self.regrowth.probation is None and healthy_now(self._judged(), self.judge)
 
     def run_ended(self, step: int) -> dict[str, Any] | None:
         """The run ended: decide an open episode; the run's outcome (``None``: nothing was
         ever done about a non-finite step)."""
-        self.judge.ended(step, self.history.series("loss", LEVEL_STEPS))
+        self.judge.ended(step, self._judged().series("loss", LEVEL_STEPS))
         v = self.judge.verdict()
         if v is None:
             return None
@@ -212,7 +241,7 @@ class StepController:
             details.update(restored_step=restored, steps_lost=step + 1 - restored)
         self.state = self.state.recorded(step, action, **details)
         self._said()
-        self.judge.acted(step, self.history)
+        self.judge.acted(step, self._judged())
 
     def scaler_stepped(self) -> None:
         """The dynamic loss scaler applied the update: its run of skips is over."""
@@ -289,7 +318,7 @@ class StepController:
         details.update(backend.restore_state())
         self.state = self.state.recorded(step, action, **details)
         self._said()
-        self.judge.acted(step, self.history,
+        self.judge.acted(step, self._judged(),
                          bad_batch=action.kind == "drop_batch" or diag.cause is Cause.NONFINITE_INPUT)
         if not after_update:
             backend.skip_update()

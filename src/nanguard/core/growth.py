@@ -40,6 +40,9 @@ class Regrowth:
     last_change: int | None = None
     #: a raise on probation: (its step, the factor before it, the loss ceiling before it)
     probation: tuple[int, float, float | None] | None = None
+    #: the last undo was for a step gone non-finite or a loss jump: the raise did damage the
+    #: weights carry (the controller rolls back to the snapshot from before it)
+    damaged: bool = False
 
     def backed_off(self, step: int) -> None:
         """The policy changed the factor (a rollback with a back-off, an escalation)."""
@@ -69,10 +72,12 @@ class Regrowth:
         since = [r for r in reversed(list(history.newest(step - at))) if r.step > at]
         losses = [r.loss for r in since if r.finite and r.loss is not None]
         why = None
+        self.damaged = False
         if any(not r.finite for r in since):
-            why = "a step went non-finite"
+            why, self.damaged = "a step went non-finite", True
         elif ceiling is not None and losses and ceiling > 0 and losses[-1] > 10 * ceiling:
             why = f"the loss jumped to {losses[-1]:.4g}, ten times the {ceiling:.4g} it kept before"
+            self.damaged = True
         elif step - at >= self.every:
             loss = _median(losses[len(losses) // 2:])
             ratio = _median([r.update_ratio for r in since if r.update_ratio is not None])

@@ -227,6 +227,16 @@ class History:
         out._records = deque(r for r in self._records if r.optimizer in (None, optimizer))
         return out
 
+    def tail_of(self, optimizer: str, n: int) -> History:
+        """The newest ``n`` steps of one optimizer (records with no ``optimizer`` count as its),
+        oldest first: what a recovery of a run with several optimizers is judged on — the
+        primary's loss, not a policy-gradient loss that is not meant to go down."""
+        out = History(maxlen=self.maxlen, layer_window=self.layer_window)
+        picked = [r for r in itertools.islice((r for r in reversed(self._records)
+                                               if r.optimizer in (None, optimizer)), n)]
+        out._records = deque(reversed(picked))
+        return out
+
     def summary(self) -> dict[str, Any]:
         """A few numbers of the healthy history (kept by a guard's ``state_dict``)."""
         return {

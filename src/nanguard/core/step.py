@@ -293,6 +293,15 @@ class StepDriver:
         self.fail(port, note=reason.replace("the loss scaler", name) if name else reason)
         return False
 
+    def stale(self, port: StepPort) -> None:
+        """A rollback taken at another optimizer's step replaced the weights this step's
+        gradients were computed on: its update is skipped, unchecked (its loss and gradients
+        belong to the weights before the rollback), and it is no healthy step."""
+        self.begin()
+        self._expect(Stage.OPEN, what="a stale step's skip")
+        self.stage, self.skipped, self.event = Stage.CHECKED, True, "stale"
+        port.skip_update()
+
     def abandon(self) -> None:
         """The step stopped on an error of the script's own before it was checked: nothing is
         recorded of it; the next event opens a new step."""

@@ -54,7 +54,9 @@ class Actuator:
         self._buffer_copy: list[torch.Tensor] | None = None
         #: what this step changed and post_step gives back: gradients hidden, learning rates
         self._hidden_grads: list[tuple[torch.Tensor, torch.Tensor | None]] = []
-        self._saved_lrs: list[Any] = []
+        self._saved_lrs: list[tuple[dict[str, Any], Any]] = []
+        #: optimizers whose next update a rollback at another optimizer's step made stale
+        self.stale: set[int] = set()
 
     @property
     def policy(self) -> str:
@@ -64,6 +66,19 @@ class Actuator:
     def schedulers_of(self, opt: torch.optim.Optimizer | None) -> list[Any]:
         found = list(self.schedulers) + [s for s in SCHEDULERS if s not in self.schedulers]
         return [s for s in found if opt is not None and getattr(s, "optimizer", None) is opt]
+
+    def state_now(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[Any], list[Any], list[Any]]:
+        """What a snapshot holds and a rollback restores, as :meth:`Snapshotter.copy` takes it:
+        the weights and state of every optimizer of the run (an actor-critic's two), the module
+        buffers, the optimizers' LR schedulers, the loss scalers."""
+        opts = self.watch.optimizers()
+        return (self.watch.state_params(), module_buffers(self.watch.roots()), opts,
+                [s for o in opts for s in self.schedulers_of(o)], self.scalers_all())
+
+    def _take(self, step: int) -> None:
+        """A snapshot into the ring, restored later into the very objects it was taken of."""
+        targets = self.state_now()
+        self.snapshots.take(step, *targets).targets = targets
 
     def scalers_all(self) -> list[Any]:
         """The loss scalers of this guard's run: passed to ``attach(scaler=...)``, or seen scaling
@@ -88,20 +103,31 @@ class Actuator:
                 if p.grad is not None:
                     p.grad.zero_()
 
-    def rollback(self, older: bool = False) -> int | None:
-        """Restore the newest healthy snapshot (``older``: the one before it); its step."""
+    def rollback(self, older: bool = False, current: torch.optim.Optimizer | None = None) -> int | None:
+        """Restore the newest healthy snapshot (``older``: the one before it); its step. With
+        several optimizers, every one but ``current`` (whose step this is) skips its next update:
+        its gradients may come from a graph built on the weights the rollback replaced."""
         snap = self.snapshots.target(older)
         if snap is None:
             return None
         self.restore_to(snap)
+        opts = (snap.targets or self.state_now())[2]
+        if len(opts) > 1:
+            self.stale = {id(o) for o in opts if o is not current}
         self.watch.state.ok = True  # a snapshot only ever holds finite weights
         return int(snap.step)
 
     def restore_to(self, snap: Any) -> None:
-        primary = self.watch.primary
-        Snapshotter.restore(snap, self.watch.params(), module_buffers(self.watch.roots()),
-                            [primary] if primary is not None else [], self.schedulers_of(primary),
-                            self.scalers_all())
+        params, buffers, opts, schedulers, scalers = snap.targets or self.state_now()
+        Snapshotter.restore(snap, params, buffers, opts, schedulers, scalers, keep_versions=len(opts) > 1)
+
+    def stale_step(self, opt: torch.optim.Optimizer) -> bool:
+        """At an optimizer's check: is this its first update since a rollback taken at another
+        optimizer's step (to be skipped)? Asked once."""
+        if id(opt) not in self.stale:
+            return False
+        self.stale.discard(id(opt))
+        return True
 
     def set_eps(self, opt: torch.optim.Optimizer | None, eps: float) -> None:
         if opt is None:
@@ -157,10 +183,10 @@ class Actuator:
             self.trialing = False
 
     def _copy_now(self, step: int) -> Any:
-        primary = self.watch.primary
-        return Snapshotter.copy(step, self.watch.params(), module_buffers(self.watch.roots()),
-                                [primary] if primary is not None else [], self.schedulers_of(primary),
-                                self.scalers_all())
+        targets = self.state_now()
+        snap = Snapshotter.copy(step, *targets)
+        snap.targets = targets
+        return snap
 
     # --- every healthy step --------------------------------------------------------------------
     def apply_settings(self, params: Sequence[torch.Tensor], opt: torch.optim.Optimizer | None,
@@ -183,7 +209,7 @@ class Actuator:
         if scale == 1.0:
             return
         if opt is not None:
-            self._saved_lrs = [grp["lr"] for grp in opt.param_groups]
+            self._saved_lrs = [(grp, grp["lr"]) for grp in opt.param_groups]
             for grp in opt.param_groups:
                 grp["lr"] = grp["lr"] * scale
         else:
@@ -195,10 +221,8 @@ class Actuator:
     def give_back(self) -> None:
         """After the optimizer step: the learning rates and the hidden gradients, as they were
         (a back-off is a factor applied at each step, never stored)."""
-        primary = self.watch.primary
-        if self._saved_lrs and primary is not None:
-            for group, lr in zip(primary.param_groups, self._saved_lrs):
-                group["lr"] = lr
+        for group, lr in self._saved_lrs:  # the groups of the optimizer that stepped
+            group["lr"] = lr
         self._saved_lrs = []
         for p, g in self._hidden_grads:
             p.grad = g
@@ -216,19 +240,15 @@ class Actuator:
         last = self.snapshots.last
 
         def nbytes() -> int:  # the weights, and about twice them of optimizer state (Adam's)
-            return 3 * sum(p.numel() * p.element_size() for p in self.watch.params())
+            return 3 * sum(p.numel() * p.element_size() for p in self.watch.state_params())
 
         # the cheap test first: on most healthy steps nothing else is read
         if not budget.due(step, None if last is None else last.step, self.snapshots.every, nbytes):
             return
-        opt = self.watch.primary
-        watched = self.watch.params()
-        if not self.controller.snapshot_ok() or not all_finite(watched):
+        if not self.controller.snapshot_ok() or not all_finite(self.watch.state_params()):
             return
         t0 = time.perf_counter()
-        roots = self.watch.roots()
-        self.snapshots.take(step, watched, module_buffers(roots), [opt] if opt is not None else [],
-                            self.schedulers_of(opt), self.scalers_all())
+        self._take(step)
         self.snapshots.ring[:-1] = []  # one is enough to try the advice from
         budget.cost = time.perf_counter() - t0
 
@@ -246,17 +266,8 @@ class Actuator:
             return
         if not before_update and not self.snapshots.due(step + 1):
             return
-        opt = self.watch.primary
-        watched = self.watch.params()
         if not before_update and not self.controller.snapshot_ok():
             return  # the run is finite but not healthy by the controller's signals: not "good"
-        if not all_finite(watched):
+        if not all_finite(self.watch.state_params()):
             return  # never keep non-finite weights as the "last good" state
-        self.snapshots.take(
-            step if before_update else step + 1,
-            watched,
-            module_buffers(roots),
-            [opt] if opt is not None else [],
-            self.schedulers_of(opt),
-            self.scalers_all(),
-        )
+        self._take(step if before_update else step + 1)

@@ -59,6 +59,10 @@ class OptimizerHooks:
         """Before an optimizer's first update: a configuration that can make a NaN by itself
         (``eps=0`` where the update divides by a root of the squared-gradient average)."""
         self._seen.add(opt)
+        if self.g.watch.add_optimizer(opt):
+            # a second optimizer (an actor-critic's actor): the next snapshot holds its weights
+            # and state too — a rollback that restored the critic alone left the actor diverged
+            self.g.actuator.forget_snapshots()
         if type(opt).__name__ not in _DIVIDES_BY_ROOT:
             return
         zero = [i for i, grp in enumerate(opt.param_groups)
@@ -159,6 +163,10 @@ class OptimizerHooks:
         if not any(p.grad is not None for p in params) and not st.losses:
             return  # nothing computed yet (a closure-based optimizer computes it inside step())
         primary = opt is g.watch.primary
+        if g.actuator.stale_step(opt):
+            st.check = NormCheck(True, None)
+            g.driver.stale(g.port(params, opt, st.check, st.sinks))
+            return
         if self.defer is None:
             self.defer = deferred_wanted(params, g.policy)
         st.n_losses = len(st.losses)

@@ -166,7 +166,7 @@ class TorchPort:
         self.actuator.skip_update(self.params, self.opt)
 
     def rollback(self, older: bool = False) -> int | None:
-        return self.actuator.rollback(older)
+        return self.actuator.rollback(older, current=self.opt)
 
     def trial(self, fixes: list[Fix]) -> list[Trial] | None:
         events = self.replayer.recorder.events if self.events is None else self.events

@@ -8,6 +8,7 @@ models or the optimizer's parameter count changes).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -153,6 +154,9 @@ class WatchSet:
         self._names_for: tuple[int, list[int], list[str]] | None = None
         self._n_params: int | None = None
         self._opt_names: dict[int, str] = {}
+        #: every optimizer that stepped under the guard, in the order first seen (a GAN's two,
+        #: an actor-critic's two): a snapshot holds them all
+        self._optimizers: list[weakref.ref[torch.optim.Optimizer]] = []
 
     def roots(self) -> list[nn.Module]:
         roots: list[nn.Module] = [self.model] if self.model is not None else []
@@ -179,6 +183,34 @@ class WatchSet:
         if self.primary is not None:
             return opt_params(self.primary)
         return list(self.leaves or [])
+
+    def add_optimizer(self, opt: torch.optim.Optimizer) -> bool:
+        """An optimizer's first step under the guard; ``True`` when the run already had one
+        (what a snapshot must hold has grown)."""
+        if any(r() is opt for r in self._optimizers):
+            return False
+        self._optimizers.append(weakref.ref(opt))
+        return len(self._optimizers) > 1
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """Every live optimizer of the run, the primary first."""
+        live = [o for r in self._optimizers if (o := r()) is not None and o is not self.primary]
+        return ([self.primary] if self.primary is not None else []) + live
+
+    def state_params(self) -> list[torch.Tensor]:
+        """The tensors every optimizer of the run writes (each once), else the graph leaves:
+        what a snapshot copies and a rollback restores — the actor's weights with the critic's."""
+        opts = self.optimizers()
+        if len(opts) <= 1:
+            return self.params()
+        seen: set[int] = set()
+        out: list[torch.Tensor] = []
+        for o in opts:
+            for p in opt_params(o):
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    out.append(p)
+        return out
 
     def weights(self, opt: torch.optim.Optimizer, with_state: bool = True
                 ) -> tuple[list[torch.Tensor], list[str]]:

@@ -58,6 +58,10 @@ class Snapshot:
     rng: RngState
     path: str | None = None
     nbytes: int = 0
+    #: the live objects it was taken of (what :meth:`Snapshotter.restore` copies back into),
+    #: set by the actuator: a snapshot is restored into what it holds, even after a second
+    #: optimizer joined the run
+    targets: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -169,11 +173,15 @@ class Snapshotter:
         optimizers: Sequence[torch.optim.Optimizer],
         schedulers: Sequence[Any],
         scalers: Sequence[Any],
+        keep_versions: bool = False,
     ) -> None:
-        """Put everything back as it was when ``snap`` was taken, bit for bit."""
+        """Put everything back as it was when ``snap`` was taken, bit for bit. ``keep_versions``:
+        write the weights through ``.data`` (autograd's version counters left alone) — a run with
+        several optimizers may hold a graph built on one model's weights while another's step
+        rolls them back; the step of that graph is skipped, but its ``backward()`` must not raise."""
         with torch.no_grad():
             for p, v in zip(params, snap.params):
-                p.copy_(v)
+                (p.data if keep_versions else p).copy_(v)
             for b, v in zip(buffers, snap.buffers):
                 if b.shape == v.shape:
                     b.copy_(v)
