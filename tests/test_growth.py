@@ -130,3 +130,36 @@ def test_a_raise_that_diverges_the_weights_is_undone_with_a_rollback_to_before_i
     assert change["lr_scale"] == 0.5 and change["why"] == (
         "undone: the loss jumped to 40, ten times the 2 it kept before; rolled back to step 0")
     assert b.calls[calls:] == ["rollback", "settings_changed"]
+
+
+def test_a_jump_that_stays_below_where_the_run_started_is_undone_without_a_rollback() -> None:
+    """A converged classifier (loss 1e-4, started at 1.4) meets a batch at 3e-3 while a raise is
+    on probation: the raise is undone, but nothing the run learned is thrown away."""
+    from nanguard.core.controller import StepController
+    from nanguard.core.diagnosis import Diagnosis
+    from nanguard.core.finding import Finding
+    from nanguard.core.policy import RecoveryConfig
+    from nanguard.core.taxonomy import Cause
+    from test_controller import FakeBackend
+
+    c = StepController(RecoveryConfig(policy="recover"), History())
+    b = FakeBackend(snapshot_step=0)
+
+    def step(s: int, loss: float) -> None:
+        c.history.append(StepRecord(step=s, loss=loss, grad_norm=1.0, param_norm=10.0, lr=0.01,
+                                    update_norm=0.01))
+        c.healthy()
+        c.step_ended()
+
+    for s in range(20):
+        step(s, 1.4 if s == 0 else 1.0)
+    diag = Diagnosis(Cause.LEARNING_RATE_TOO_HIGH, 0.9, "lr")
+    c.act(Finding(phase="forward", op="aten.mse_loss.default", step=20), diag, b, step=20)
+    s = 21
+    while not c.state.lr_changes:
+        step(s, 1e-4)
+        s += 1
+    calls = len(b.calls)
+    step(s, 3e-3)
+    assert c.state.lr_changes[-1]["why"] == "undone: the loss jumped to 0.003, ten times the 0.0002 it kept before"
+    assert b.calls[calls:] == ["settings_changed"] and c.state.lr_scale == 0.5

@@ -41,7 +41,7 @@ def _actor_critic(actor_lr: float, iters: int) -> tuple[nanguard.Guard, torch.op
 
 
 def test_a_rollback_at_the_critics_step_restores_the_actor_too_and_skips_its_stale_update() -> None:
-    guard, oc, oa, actor = _actor_critic(0.5, 60)
+    guard, oc, oa, actor = _actor_critic(0.5, 30)
     (rec,) = guard.recoveries  # one rollback cured it: the actor's weights were restored with the critic's
     assert rec["step"] == 36 and rec["action"] == "rollback" and rec["verified"] is True
     assert rec["cause"] == "learning-rate-too-high" and rec["lr_factor"] == 0.29
@@ -56,3 +56,28 @@ def test_a_rollback_at_the_critics_step_restores_the_actor_too_and_skips_its_sta
     assert {r.lr for r in after if r.optimizer == "Adam[1]"} == {0.5 * 0.29}
     # and given back after each step: the script's own values are what it reads
     assert oc.param_groups[0]["lr"] == 0.01 and oa.param_groups[0]["lr"] == 0.5
+
+
+def test_a_hand_written_update_keeps_recent_snapshots_and_rolls_back_to_one() -> None:
+    """No optimizer (``p -= lr * p.grad``): snapshots are renewed every ``snapshot_every`` steps
+    at the check before the update, so a rollback at step 50 loses the steps since the last
+    one, not the whole run (before, the only snapshot of such a run was the one of step 0)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 1))
+    x = torch.randn(256, 4)
+    y = x.sum(1, keepdim=True)
+    lr = 0.05
+    with nanguard.attach(policy="recover", snapshot_every=20) as guard:
+        for step in range(56):
+            loss = ((model(x) - y) ** 2).mean()
+            model.zero_grad()
+            loss.backward()
+            if step == 50:
+                lr = 40.0  # a schedule gone wrong: the next updates blow the weights up
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= lr * p.grad
+    rec = guard.recoveries[0]
+    assert rec["action"] == "rollback" and rec["cause"] == "learning-rate-too-high"
+    assert rec["restored_step"] == 40 and rec["steps_lost"] < 20
+    assert all(torch.isfinite(p).all() for p in model.parameters())

@@ -33,9 +33,10 @@ from .early import EarlyWarning, EarlyWarnings
 from .errors import GiveUpError, NonFiniteError
 from .finding import Finding
 from .growth import Regrowth
-from .history import History, StepRecord
+from .history import History
 from .outcome import LEVEL_STEPS, Level, OutcomeJudge, healthy_now
 from .policy import ROLLBACK, Action, RecoveryConfig, RecoveryState, decide, loss_scale_gave_up
+from .primary import PrimarySteps
 from .ranks import say
 from .render import event_line
 from .taxonomy import Cause
@@ -132,9 +133,8 @@ class StepController:
     #: when the back-off in force grows back (``recover``)
     regrowth: Regrowth = field(default_factory=Regrowth)
     _scale_seen: float = field(default=1.0, repr=False)
-    #: the optimizer of the run's first step, and whether another one stepped too
-    _primary: str | None = field(default=None, repr=False)
-    _several: bool = field(default=False, repr=False)
+    #: the steps a recovery is judged on (with several optimizers, the primary's)
+    primary: PrimarySteps = field(default_factory=PrimarySteps)
 
     # --- events ------------------------------------------------------------------------------------
     def healthy(self) -> None:
@@ -150,29 +150,22 @@ class StepController:
             self.steps_after_raise += 1
         if len(self.history):
             self.early.observe(self.history)
-            self._note_optimizer(self.history[-1].optimizer)
-        if self.judge.judging and len(self.history) and self._primary_step(self.history[-1]):
+            self.primary.note(self.history[-1])
+        if self.judge.judging and len(self.history) and self.primary.owns(self.history[-1]):
             decided = self.judge.observe(self.history[-1])
             if decided is not None and decided.status == "not-recovered":
                 self._escalate()
         self._grow_back()
 
-    def _note_optimizer(self, name: str | None) -> None:
-        if name is not None and name != self._primary:
-            if self._primary is None:
-                self._primary = name
-            else:
-                self._several = True
-
-    def _primary_step(self, rec: StepRecord) -> bool:
-        return not self._several or rec.optimizer in (None, self._primary)
+    def snapshot_wanted(self) -> bool:
+        """Asked by the adapter before its own snapshot rule, at each snapshot opportunity of
+        a healthy step: a raise of the back-off began, take one now whatever the interval
+        (asked once: it is then forgotten)."""
+        wanted, self.regrowth.wants_snapshot = self.regrowth.wants_snapshot, False
+        return wanted
 
     def _judged(self, n: int = 4 * LEVEL_STEPS) -> History:
-        """The steps a recovery is judged on: with several optimizers, the primary's (an
-        actor-critic's critic; the actor's policy-gradient loss is not meant to go down)."""
-        if not self._several or self._primary is None:
-            return self.history
-        return self.history.tail_of(self._primary, n)
+        return self.primary.of(self.history, n)
 
     def _grow_back(self) -> None:
         """Under ``recover``, with a back-off in force: raise it toward 1 after a run of healthy
@@ -190,9 +183,11 @@ class StepController:
             return
         new, why = change
         step = self.history[-1].step
-        if new < scale and self.regrowth.damaged:
-            # the raise diverged the weights: back to the snapshot from before it (none is
-            # taken while a raise is on probation)
+        if new > scale:
+            self.regrowth.wants_snapshot = True  # the state the raise is tried from
+        elif self.regrowth.damaged and self.primary.above_start(self.history):
+            # the raise diverged the weights: back to the snapshot taken as it began (none
+            # other is taken while a raise is on probation)
             restored = self._backend.rollback()
             if restored is not None:
                 why += f"; rolled back to step {restored}"

@@ -43,6 +43,8 @@ class Regrowth:
     #: the last undo was for a step gone non-finite or a loss jump: the raise did damage the
     #: weights carry (the controller rolls back to the snapshot from before it)
     damaged: bool = False
+    #: a raise began: the adapter's next snapshot opportunity keeps the state it is tried from
+    wants_snapshot: bool = False
 
     def backed_off(self, step: int) -> None:
         """The policy changed the factor (a rollback with a back-off, an escalation)."""

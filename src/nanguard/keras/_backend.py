@@ -196,9 +196,10 @@ def maybe_snapshot(guard: KerasGuard) -> None:
             guard.snapshots.take(guard.step, all_variables(guard))
             guard.budget.cost = time.perf_counter() - t0
         return
-    if not guard.snapshots.due(guard.step):
+    wanted = guard.controller.snapshot_wanted()  # a raised learning rate is tried from here
+    if not wanted and not guard.snapshots.due(guard.step):
         return
-    if not guard.controller.snapshot_ok():
+    if not wanted and not guard.controller.snapshot_ok():
         return  # finite, but not healthy by the controller's signals: not "last known good"
     if not optimizers_built(guard):
         return

@@ -252,22 +252,36 @@ class Actuator:
         self.snapshots.ring[:-1] = []  # one is enough to try the advice from
         budget.cost = time.perf_counter() - t0
 
-    def maybe_snapshot(self, step: int, before_update: bool) -> None:
+    def maybe_snapshot(self, step: int, before_update: bool, primary: bool = True) -> None:
         """Under ``skip``/``recover``: the first snapshot before the first update, then every
-        ``snapshot_every`` steps after a healthy one (never of non-finite weights)."""
+        ``snapshot_every`` steps after a healthy one (never of non-finite weights); one wanted
+        by the controller (a raise of the back-off began) at the first healthy check of any
+        optimizer (``primary`` False: another optimizer's step, for that one only)."""
         if self.policy == "raise":
-            if before_update:
+            if before_update and primary:
                 self._advice_snapshot(step)
+            return
+        if not primary:
+            if before_update and self.controller.snapshot_wanted() and all_finite(self.watch.state_params()):
+                self._take(step)
             return
         roots = self.watch.roots()
         if not before_update and roots and sum(b.numel() for b in floating_buffers(roots)) <= 1 << 20:
             self._buffer_copy = [b.detach().clone() for b in floating_buffers(roots)]
-        if before_update and self.snapshots.last is not None:
+        at = step if before_update else step + 1
+        if self.controller.snapshot_wanted():  # a raised learning rate is tried from here
+            if all_finite(self.watch.state_params()):
+                self._take(at)
+            return
+        first = self.snapshots.last is None
+        # after the first, snapshots are taken after a healthy update — or, where no optimizer
+        # step is seen (a hand-written update), at the check before it, as often
+        if before_update and not first and (self.watch.primary is not None or not self.snapshots.due(step)):
             return
         if not before_update and not self.snapshots.due(step + 1):
             return
-        if not before_update and not self.controller.snapshot_ok():
+        if (not before_update or not first) and not self.controller.snapshot_ok():
             return  # the run is finite but not healthy by the controller's signals: not "good"
         if not all_finite(self.watch.state_params()):
             return  # never keep non-finite weights as the "last good" state
-        self._take(step if before_update else step + 1)
+        self._take(at)

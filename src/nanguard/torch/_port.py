@@ -149,8 +149,8 @@ class TorchPort:
         return finding, diag
 
     def snapshot(self, before_update: bool) -> None:
-        if self.opt is self.actuator.watch.primary or self.opt is None:
-            self.actuator.maybe_snapshot(self.step, before_update)
+        primary = self.opt is self.actuator.watch.primary or self.opt is None
+        self.actuator.maybe_snapshot(self.step, before_update, primary)
 
     def apply_settings(self, lr_scale: float, clip_norm: float | None) -> None:
         if lr_scale == 1.0 and clip_norm is None:
