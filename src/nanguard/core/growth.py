@@ -9,8 +9,10 @@ factor last changed (a back-off, or a raise), with no recovery being judged and 
 by the snapshot signals (:func:`~nanguard.core.outcome.healthy_now`), the factor is doubled (at
 most back to 1). Each raise is on probation for the next ``every`` steps: if a step goes
 non-finite or the loss jumps tenfold, or at the end the loss (the median of the probation's
-second half) sits above the healthy ceiling measured just before it, or the updates swamp the
-weights, the raise is undone and the next one waits twice as long. The history's ``lr``
+second half) is more than :data:`WORSE` above its median over as many steps before the raise,
+or the updates swamp the weights, the raise is undone and the next one waits twice as long. The
+raise is tried from a snapshot taken as it begins: an undo for a non-finite step or a jump above
+where the run started rolls back to it (the weights carry the damage). The history's ``lr``
 shows the factor over time; each change is one line on stderr and one entry of
 ``RecoveryState.lr_changes`` (the run log's ``outcome.lr_changes``, and the summary's factor in force).
 """
@@ -28,6 +30,10 @@ __all__ = ["GROWTH", "GROW_EVERY", "Regrowth"]
 GROW_EVERY = 50
 #: each raise multiplies the factor by this (GradScaler's growth factor)
 GROWTH = 2.0
+#: a raise is kept only if the loss over the second half of its probation is no more than this
+#: much (relative) above its median over as many steps before the raise: a higher learning rate
+#: that trains worse is no gain (a band of "within 2×" kept raises that doubled the loss)
+WORSE = 0.05
 
 
 @dataclass
@@ -38,8 +44,9 @@ class Regrowth:
     every: int = GROW_EVERY
     #: the step at which the factor last changed (``None``: no back-off seen yet)
     last_change: int | None = None
-    #: a raise on probation: (its step, the factor before it, the loss ceiling before it)
-    probation: tuple[int, float, float | None] | None = None
+    #: a raise on probation: (its step, the factor before it, the loss ceiling before it, the
+    #: median loss before it)
+    probation: tuple[int, float, float | None, float | None] | None = None
     #: the last undo was for a step gone non-finite or a loss jump: the raise did damage the
     #: weights carry (the controller rolls back to the snapshot from before it)
     damaged: bool = False
@@ -61,7 +68,8 @@ class Regrowth:
                 or not healthy_now(history)):
             return None
         new = min(1.0, lr_scale * GROWTH)
-        self.probation = (rec.step, lr_scale, Level.of(history).ceiling)
+        self.probation = (rec.step, lr_scale, Level.of(history).ceiling,
+                          _median(history.series("loss", max(1, self.every // 2))))
         self.last_change = rec.step
         return new, f"{self.every} healthy steps since it last changed"
 
@@ -70,7 +78,7 @@ class Regrowth:
         ceiling; at the end of the probation, when the loss over its second half sits above the
         ceiling, or the updates swamp the weights."""
         assert self.probation is not None
-        at, before, ceiling = self.probation
+        at, before, ceiling, held = self.probation
         since = [r for r in reversed(list(history.newest(step - at))) if r.step > at]
         losses = [r.loss for r in since if r.finite and r.loss is not None]
         why = None
@@ -83,8 +91,8 @@ class Regrowth:
         elif step - at >= self.every:
             loss = _median(losses[len(losses) // 2:])
             ratio = _median([r.update_ratio for r in since if r.update_ratio is not None])
-            if ceiling is not None and loss is not None and loss > ceiling:
-                why = f"the loss rose to {loss:.4g}, above the {ceiling:.4g} it kept before"
+            if held is not None and loss is not None and loss > held + WORSE * abs(held):
+                why = f"the loss rose to {loss:.4g}, above the {held:.4g} it held at before the raise"
             elif ratio is not None and ratio > STUCK_RATIO:
                 why = f"the updates swamp the weights (update/weight ratio {ratio:.2g})"
             else:
