@@ -139,9 +139,12 @@ def test_lightning_unsafe_log_under_mixed_precision_and_clipping() -> None:
     assert _finite(model)
 
 
-def test_lightning_recover_rolls_back_and_finishes(tmp_path: Path) -> None:
+def test_lightning_recover_rolls_back_and_finishes(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """A learning rate far too high: `recover` rolls back to the last snapshot, backs off the
-    learning rate, and the run finishes with finite weights."""
+    learning rate, and the run finishes with finite weights — saying so as `nanguard run` does:
+    a line at the event, the summary and the verdict at the end (also in the run log)."""
+    import json
+
     from nanguard.integrations.lightning import NanGuardCallback
 
     model = Regressor(lr=4.0)
@@ -155,7 +158,16 @@ def test_lightning_recover_rolls_back_and_finishes(tmp_path: Path) -> None:
         "learning-rate-too-high", "exploding-gradients")
     assert any(r["action"] == "rollback" for r in cb.recoveries)
     html = (tmp_path / "r.html").read_text()
-    assert ">recovered<" in html and "rollback" in html
+    assert "rollback" in html
+    err = capfd.readouterr().err
+    step = cb.recoveries[0]["step"]
+    assert f"nanguard: step {step}: {cb.recoveries[0]['cause']} → rollback" in err
+    assert "nanguard: the run finished after 40 steps; it met non-finite values" in err
+    assert "  outcome: " in err
+    log = json.loads((tmp_path / "r.json").read_text())
+    assert log["outcome"] is not None and log["outcome"] == cb.outcome
+    assert log["status"] == {"not-recovered": "not-recovered", "unjudged": "unjudged"}.get(
+        log["outcome"]["status"], "recovered")
 
 
 class _Eps0(Regressor):
@@ -275,6 +287,25 @@ def test_hf_callback_raises_at_the_nan_sample_and_keeps_weights_finite(tmp_path:
     assert [tuple(x) for x in f.details["samples"][0]["features"]] == [(3, 5)]
     assert _finite(model)
     assert f.step == trainer.state.global_step  # the bad step was never taken
+
+
+def test_hf_callback_recover_says_what_it_did(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """``recover`` drops the batch with the NaN sample — one line as it happens — and the end of
+    training prints the summary and the verdict, as ``nanguard run`` does (never silent)."""
+    from nanguard.integrations.huggingface import NanGuardCallback
+
+    model = _gpt2()
+    cb = NanGuardCallback(policy="recover")
+    trainer = transformers.Trainer(model=model, args=_args(tmp_path), train_dataset=_embeds(),
+                                   callbacks=[cb])
+    trainer.train()
+    assert _finite(model)
+    (rec,) = cb.recoveries
+    assert rec["action"] == "drop_batch" and rec["cause"] == "nonfinite-input"
+    err = capfd.readouterr().err
+    assert f"nanguard: step {rec['step']}: nonfinite-input → drop batch" in err
+    assert "nanguard: the run finished after 8 steps; it met non-finite values at 1 step (policy recover):" in err
+    assert "  outcome: " in err
 
 
 class _LogNet(nn.Module):

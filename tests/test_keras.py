@@ -489,6 +489,22 @@ def test_recover_drops_a_poisoned_batch_and_logs_its_samples() -> None:
     assert cb.findings[0][0].details["samples"] == [{"index": 8, "kind": "+Inf", "features": [1]}]
 
 
+def test_the_callback_says_what_it_did_as_it_does_it_and_at_the_end(capfd: pytest.CaptureFixture[str]) -> None:
+    """One line on stderr when the batch is dropped, and at the end of ``fit`` the summary and
+    the verdict ``nanguard run`` prints (a dropped batch after a single healthy step: too few to
+    know the run's level — said so, never "recovered")."""
+    x, y = _data()
+    x[40, 1] = np.inf
+    model = _mlp()
+    model.compile(keras.optimizers.SGD(0.01), "mse")
+    cb = nk.NanGuard(policy="recover")
+    model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    err = capfd.readouterr().err
+    assert "nanguard: step 1: nonfinite-input → drop batch" in err
+    assert "nanguard: the run finished after" in err and "step 1: nonfinite-input → drop batch\n" in err
+    assert cb.guard.outcome is not None and f"outcome: not judged — {cb.guard.outcome['reason']}" in err
+
+
 def test_recover_tries_its_fix_on_the_failing_step_before_applying_it() -> None:
     """The Keras path goes through the same step driver as torch: a learning-rate back-off is
     tried from the snapshot on the failing step's batch and applied only once verified (the

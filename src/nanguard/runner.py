@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from .core.errors import NonFiniteError
 from .core.ranks import rank_from_env, rank_path, say
-from .core.runlog import RunLog
+from .core.runlog import RunLog, finished_status
 
 __all__ = ["EXIT_NONFINITE", "RunOptions", "run_script"]
 
@@ -359,14 +359,10 @@ class _Run:
         if log.status == "ok" and (log.recoveries or log.events):
             log.status = "recovered"  # met non-finite values (skipped, recovered), finished anyway
             log.outcome = next((o for o in (s.outcome() for s in self.sessions) if o is not None), None)
-            verdict = log.outcome.get("status") if log.outcome is not None else None
-            if verdict == "not-recovered":
+            log.status = finished_status(log.outcome)
+            if log.status == "not-recovered" and self.status == 0:
                 # it finished, but its loss never came back to its healthy level: not a fix
-                log.status = "not-recovered"
-                if self.status == 0:
-                    self.status = EXIT_NOT_RECOVERED
-            elif verdict == "unjudged":
-                log.status = "unjudged"  # never "recovered" on what cannot be told; no failure
+                self.status = EXIT_NOT_RECOVERED
 
     def _print_summary(self) -> None:
         from .core.render import recovery_summary

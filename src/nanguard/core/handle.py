@@ -8,14 +8,16 @@ the findings, ``state_dict`` and ``report()`` are written here once.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, TextIO
 
 from .controller import StepController
 from .diagnosis import Diagnosis
 from .finding import Finding
 from .history import History
 from .policy import RecoveryConfig, RecoveryState, check_policy
+from .runlog import finished_status
 
 __all__ = ["GuardHandle", "GuardOptions"]
 
@@ -76,10 +78,12 @@ class GuardHandle:
     Attributes:
         step: index of the step in progress (0 for the first).
         controller: the framework-free :class:`~nanguard.core.controller.StepController`.
+        outcome: the judged outcome when training ended (:meth:`training_ended`), else ``None``.
     """
 
     controller: StepController
     step: int = 0
+    outcome: dict[str, Any] | None = None
 
     @property
     def policy(self) -> str:
@@ -130,6 +134,26 @@ class GuardHandle:
     def settings_changed(self) -> None:
         """The back-off or the clipping threshold changed outside a step (a resume): an adapter
         that keeps them in its framework's objects pushes them there."""
+
+    def training_ended(self, file: TextIO | None = None) -> str:
+        """When a trainer callback's training ends (Keras ``on_train_end``, Hugging Face
+        ``on_train_end``, Lightning ``on_fit_end``): the outcome decided, and what ``nanguard run``
+        prints at the end — every event, the back-off in force, the verdict — once, on ``file``
+        (stderr; nothing for a run that met no non-finite value). Returns the run's status by the
+        verdict (``ok``, ``recovered``, ``unjudged``, ``not-recovered``); ``outcome`` keeps it."""
+        from .render import recovery_summary
+
+        c = self.controller
+        recs, n = list(c.state.recoveries), len(c.findings)
+        if not recs and not n:
+            return "ok"
+        self.outcome = c.run_ended(int(self.step))
+        text = recovery_summary(int(self.step), recs, n, c.config.policy, self.outcome)
+        if text:
+            out = file or sys.stderr
+            out.write(text + "\n")
+            out.flush()
+        return finished_status(self.outcome)
 
     def report(self) -> str:
         """A plain-text summary: steps, recoveries and every finding with its diagnosis."""

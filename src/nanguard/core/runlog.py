@@ -18,7 +18,7 @@ from .finding import Finding
 from .history import History
 from .outfile import write_atomic
 
-__all__ = ["SCHEMA_VERSION", "STATUSES", "RunLog", "check_document", "event_dict"]
+__all__ = ["SCHEMA_VERSION", "STATUSES", "RunLog", "check_document", "event_dict", "finished_status"]
 
 SCHEMA_VERSION = 1
 #: ``ok``: no non-finite value; ``nonfinite``: stopped on one; ``recovered``: met some, finished,
@@ -145,6 +145,14 @@ class RunLog:
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
             raise ValueError("; ".join(problems[:3]) + more)
         return doc
+
+
+def finished_status(outcome: dict[str, Any] | None) -> str:
+    """The status of a run that finished after meeting non-finite values, by its outcome's
+    verdict: ``recovered`` only when the loss came back; ``not-recovered``; ``unjudged`` when it
+    cannot be told (never ``recovered`` on what cannot be told)."""
+    verdict = outcome.get("status") if outcome is not None else None
+    return verdict if verdict in ("not-recovered", "unjudged") else "recovered"
 
 
 # ----------------------------------------------------------------------------------------------

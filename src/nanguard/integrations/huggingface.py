@@ -195,9 +195,12 @@ class NanGuardCallback(TrainerCallback):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        status = "ok"
-        if self.findings:
-            status = "nonfinite" if self.policy == "stop" else "recovered"
+        if self.findings and self.policy == "stop":
+            self._finish("nonfinite")
+            return
+        # the events, the back-off and the verdict, as nanguard run prints them at the end
+        status = self.guard.training_ended() if self.guard is not None and _is_main_process() else (
+            "recovered" if self.findings else "ok")
         self._finish(status)
 
     def _finish(self, status: str) -> None:
@@ -205,12 +208,14 @@ class NanGuardCallback(TrainerCallback):
             self._hook.remove()
             self._hook = None
         self._last = None
+        outcome = None
         if self.guard is not None:
             self._recoveries = list(self.guard.recoveries)
+            outcome = self.guard.outcome
             self.guard.detach()
             self.guard = None
         if _is_main_process():
-            self.outputs.write(status, self.history, self.findings, self.recoveries)
+            self.outputs.write(status, self.history, self.findings, self.recoveries, outcome=outcome)
 
 
 def _is_main_process() -> bool:

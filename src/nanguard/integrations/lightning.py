@@ -208,8 +208,8 @@ class NanGuardCallback(pl.Callback, GuardHandle):
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
-            self.outputs.write("recovered" if self.findings else "ok", self.history, self.findings,
-                               self.recoveries)
+            status = self.training_ended()  # the events and the verdict, as nanguard run prints them
+            self.outputs.write(status, self.history, self.findings, self.recoveries, outcome=self.outcome)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if trainer.is_global_zero:

@@ -125,6 +125,8 @@ class NanGuard(keras.callbacks.Callback):
             st.refresh_backups(metrics=True)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        if self._owns_guard:  # what nanguard run prints at the end: the events, the verdict
+            self.guard.training_ended()
         self._teardown()
 
     def _teardown(self) -> None:
