@@ -418,6 +418,36 @@ def test_a_healthy_fit_is_bit_for_bit_unchanged_under_every_policy() -> None:
         assert all(np.array_equal(a, b) for a, b in zip(plain, guarded)), policy
 
 
+@pytest.mark.parametrize("seed", [0, 4])
+def test_a_custom_loops_replay_draws_what_the_step_drew(seed: int) -> None:
+    """A mask drawn with NumPy inside the step (a hand-made dropout): the replay puts the host
+    random state of the step's start back, so it draws the same mask and finds the ``log`` of 0
+    the step computed (with a fresh mask it did not reproduce on these seeds); the run's own
+    random state goes on from where it was."""
+    np.random.seed(seed)
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    opt = keras.optimizers.SGD(1e-3)
+    guard = nk.attach(model, opt)
+
+    @guard.wrap
+    def step(x: Any) -> Any:
+        with tf.GradientTape() as tape:
+            mask = (np.random.rand(1, 2) > 0.5).astype("float32")
+            z = tf.math.log(tf.reduce_sum(x * mask, axis=-1, keepdims=True))
+            loss = tf.reduce_mean((model(z) - 1.0) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    with pytest.raises(NonFiniteError) as info:
+        for _ in range(50):
+            step(tf.ones((1, 2)))
+    f = info.value.finding
+    assert (f.op, f.detected_by, f.phase) == ("Log", "replay", "forward")
+    assert "note" not in f.details
+
+
 def test_a_healthy_custom_loop_is_bit_for_bit_unchanged() -> None:
     def run(guarded: bool) -> list[np.ndarray]:
         keras.backend.clear_session()

@@ -48,7 +48,7 @@ from ._compat import keras, unwrap_optimizer, var_path
 from ._context import record_reading, run_context
 from ._datalook import DataLook
 from ._findings import Prepare, finite, optimizer_finding
-from .replay import replay_of
+from .replay import HostRng, replay_of
 from .snapshot import Snapshotter
 from .watch import GuardState, StepStats
 
@@ -277,9 +277,10 @@ class KerasGuard(GuardHandle):
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            rng = HostRng.capture()  # what the step draws, drawn again by its replay
             with _patches.in_step():
                 out = fn(*args, **kwargs)
-            self.after_step(replay_of(py, args, kwargs))
+            self.after_step(replay_of(py, args, kwargs, rng))
             return out
 
         return wrapper  # type: ignore[return-value]

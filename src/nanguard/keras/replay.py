@@ -11,7 +11,9 @@ replay may touch (model state, metrics, optimizer state) is restored bit for bit
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import NonFiniteError
@@ -20,7 +22,7 @@ from ._compat import run_eagerly, unwrap_optimizer
 from .locate import Locator
 from .watch import clear_losses
 
-__all__ = ["replay", "state_variables"]
+__all__ = ["HostRng", "replay", "state_variables"]
 
 log = logging.getLogger("nanguard")
 
@@ -137,14 +139,64 @@ def step_arguments(
     return args, kwargs, items
 
 
+@dataclass(frozen=True)
+class HostRng:
+    """The random state a step may draw from outside Keras' seed generators (which are
+    variables, restored with the model's): NumPy's and Python's global generators and
+    TensorFlow's global ``tf.random.Generator`` (when the script made one). Captured as a custom
+    loop's step begins (``guard.wrap``) and put back for its replay — so a mask or a noise drawn
+    in the step is drawn again the same, and the replay reproduces what the step computed."""
+
+    numpy: Any
+    python: Any
+    tf_state: Any = None
+
+    @staticmethod
+    def _tf_generator() -> Any:
+        try:
+            from tensorflow.python.ops import stateful_random_ops
+        except ImportError:  # pragma: no cover - a TensorFlow without it
+            return None
+        return getattr(stateful_random_ops, "global_generator", None)  # None until one is made
+
+    @classmethod
+    def capture(cls) -> HostRng:
+        import numpy as np
+
+        gen = cls._tf_generator()
+        return cls(np.random.get_state(), random.getstate(),
+                   gen.state.numpy() if gen is not None else None)
+
+    def restore(self) -> None:
+        import numpy as np
+
+        np.random.set_state(self.numpy)
+        random.setstate(self.python)
+        gen = self._tf_generator()
+        if gen is not None and self.tf_state is not None:
+            gen.state.assign(self.tf_state)
+
+
 def replay_of(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rng: HostRng | None = None,
 ) -> Callable[[], tuple[Callable[[], Any], list[tuple[str, Any]]]]:
     """What a step driver hands to ``after_step``: prepares the replay of ``fn(*args, **kwargs)``
-    only when one is needed."""
+    only when one is needed — with the host random state of the step's start (``rng``) for the
+    replay, and the run's own put back after it."""
 
     def prepare() -> tuple[Callable[[], Any], list[tuple[str, Any]]]:
         rargs, rkwargs, batch = step_arguments(fn, args, kwargs)
-        return (lambda: fn(*rargs, **rkwargs)), batch
+
+        def again() -> Any:
+            if rng is None:
+                return fn(*rargs, **rkwargs)
+            now = HostRng.capture()
+            rng.restore()
+            try:
+                return fn(*rargs, **rkwargs)
+            finally:
+                now.restore()  # the run goes on from where it was, as if there were no replay
+
+        return again, batch
 
     return prepare
