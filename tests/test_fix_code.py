@@ -127,11 +127,18 @@ def test_names_not_found_keep_the_generic_words() -> None:
 def test_a_learning_rate_from_a_command_line_flag_is_changed_there(monkeypatch: pytest.MonkeyPatch) -> None:
     """``train.py --lr 5``: the fix is the flag, as the user set it, not an optimizer line the
     flag feeds; a flag with another value is not taken for it."""
-    from nanguard.core.flags import lr_flag
+    from nanguard.core.flags import Flag, lr_flag, wd_flag
 
-    assert lr_flag(5.0, ["--lr=5"]) == ("--lr", "5")
-    assert lr_flag(5.0, ["--base-learning-rate", "5.0"]) == ("--base-learning-rate", "5.0")
+    assert lr_flag(5.0, ["--lr=5"]) == Flag("--lr", "5", "=")
+    assert lr_flag(5.0, ["--base-learning-rate", "5.0"]) == Flag("--base-learning-rate", "5.0", " ")
     assert lr_flag(5.0, ["--layers", "5", "--lr", "0.1"]) is None
+    # minGPT's parser takes only --arg=value: the advice keeps the form the user typed
+    assert lr_flag(50.0, ["--trainer.learning_rate=5e1"]).typed("0.0007") == "--trainer.learning_rate=0.0007"
+    # a schedule moved the learning rate (warmup at 6.2 of 10): the flag at or above its peak
+    assert lr_flag(6.2, ["--learning_rate=10.0", "--min_lr=1e-5"], top=6.2) == Flag("--learning_rate", "10.0", "=")
+    assert wd_flag(1e4, ["--weight-decay", "1e4"]) == Flag("--weight-decay", "1e4", " ")
+    assert wd_flag(1e4, ["--trainer.weight_decay=1e4"]) == Flag("--trainer.weight_decay", "1e4", "=")
+    assert wd_flag(0.1, ["--wd", "0.2"]) is None
     monkeypatch.setattr("sys.argv", ["train.py", "--epochs", "3", "--lr", "5"])
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
@@ -142,6 +149,46 @@ def test_a_learning_rate_from_a_command_line_flag_is_changed_there(monkeypatch: 
     assert d.fixes[0].startswith("run it again with `--lr "), d.fixes
     assert "(it was `--lr 5`): your learning rate comes from the command line (verified on the failing step: " \
         "loss " in d.fixes[0], d.fixes[0]
+
+
+def test_a_flag_a_schedule_scales_is_changed_there_by_the_same_factor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--learning_rate=10`` under a warmup the script writes into ``param_group["lr"]`` every
+    step (nanoGPT's way, PPO's annealing): a new optimizer line would be overwritten at the next
+    step — the fix is the flag, in the user's form, scaled by the factor the suggestion applies."""
+    monkeypatch.setattr("sys.argv", ["train.py", "--learning_rate=10.0"])
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(net.parameters(), lr=10.0)
+    x, y = torch.randn(64, 8), torch.randn(64, 1) * 3
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(optimizer=opt):
+        for it in range(60):
+            for g in opt.param_groups:
+                g["lr"] = 10.0 * min(1.0, (it + 1) / 20)  # linear warmup from the flag
+            opt.zero_grad()
+            F.mse_loss(net(x), y).backward()
+            opt.step()
+    d = info.value.diagnosis
+    assert d is not None and d.cause is Cause.LEARNING_RATE_TOO_HIGH
+    first = d.fixes[0]
+    assert first.startswith("run it again with `--learning_rate="), d.fixes
+    assert "(it was `--learning_rate=10.0`): your learning rate comes from the command line (your schedule scales it" \
+        in first, first
+    new = float(first.split("`--learning_rate=")[1].split("`")[0])
+    assert new < 0.5  # far below the flag's 10
+
+
+def test_a_weight_decay_from_a_flag_is_changed_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--weight-decay 1e4`` with AdamW at lr 5e-4 (makemore's flags): the decay, not the
+    learning rate, is what is off — and it came from the command line."""
+    monkeypatch.setattr("sys.argv", ["makemore.py", "--weight-decay", "1e4"])
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.AdamW(net.parameters(), lr=5e-4, weight_decay=1e4)
+    x, y = torch.randn(64, 8), torch.randn(64, 1) * 3
+    d = _diverge(opt, lambda: F.mse_loss(net(x), y).log())  # log: the zeroed weights' 0 loss is the NaN
+    assert d is not None and d.rule == "decay_too_strong", (d.rule, d.fixes)
+    assert d.fixes[0] == ("run it again with `--weight-decay 0.2` (it was `--weight-decay 1e4`): your weight "
+                          "decay comes from the command line, and is too strong for this learning rate"), d.fixes
 
 
 class _Unreadable:

@@ -65,9 +65,12 @@ class LrPhrases:
     weight_decay_fix: str | None = None
     #: a learning rate of the script's own update (no optimizer; templates: factor, why)
     hand_update_fix: str | None = None
-    #: a learning rate the script took from its command line (templates: flag, lr, was)
-    lr_flag_fix: str = ("run it again with `{flag} {lr}` (it was `{flag} {was}`): your learning rate "
-                        "comes from the command line")
+    #: a learning rate the script took from its command line (templates: new, old, how: the flag
+    #: as the user typed it, with the new value and the old)
+    lr_flag_fix: str = "run it again with `{new}` (it was `{old}`): your learning rate comes from the command line{how}"
+    #: a weight decay the script took from its command line (templates: new, old)
+    wd_flag_fix: str = ("run it again with `{new}` (it was `{old}`): your weight decay comes from the "
+                        "command line, and is too strong for this learning rate")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..case import Case
-from ..flags import lr_flag
+from ..flags import Flag, lr_flag
 from ..trials import TARGET_RATIO, Trial
 from ._fmt import nice_lr, num
 
@@ -112,12 +112,29 @@ def lr_fixes(case: Case) -> list[str]:
         fixes[0] = say.lr.hand_update_fix.format(**_hand_factor(case))
         fixes = [f.replace("before optimizer.step()", "before your update") for f in fixes
                  if "lr_scheduler" not in f]  # no optimizer for a scheduler to drive
-    flag = lr_flag(user, ctx.argv)
-    if flag is not None and book is not say.lr.lr_fixes_cyclic and book is not say.lr.lr_fixes_varying:
-        # the script's own knob: the optimizer line it would replace is fed by the flag
-        note = tried_note(case)
-        fixes[0] = say.lr.lr_flag_fix.format(flag=flag[0], lr=kw["lr"], was=flag[1]) + (f" ({note})" if note else "")
+    flag = lr_flag(user, ctx.argv, top if book is not say.lr.lr_fixes else None)
+    if flag is not None:
+        # the script's own knob: the optimizer line it would replace (or the schedule that
+        # overwrites it at every step) is fed by the flag
+        fixes[0] = _flag_fix(case, flag, kw["lr"], low)
     return _tried_first(case, _no_repeat(case, fixes))
+
+
+def _flag_fix(case: Case, flag: Flag, lr_text: str, low: float | None) -> str:
+    """The learning-rate flag, as the user typed it, with the value to use: the suggested
+    learning rate — or, when a schedule scales the flag's value (it is not the learning rate
+    that ran), that value times the factor the suggestion applies."""
+    user, note = case.ctx.user_lr, tried_note(case)
+    good = verified(case)
+    how = ""
+    new = lr_text
+    if user is None or not math.isclose(flag.value, user, rel_tol=1e-6):
+        factor = (good.fix.lr_factor if good is not None and good.fix.lr_factor is not None
+                  else (low / user if low and user else 0.25))
+        new = f"{flag.value * factor:.2g}"
+        how = " (your schedule scales it: the learning rate was " + num(user or 0.0) + " at this step)"
+    text = case.say.lr.lr_flag_fix.format(new=flag.typed(new), old=flag.typed(), how=how)
+    return text + (f" ({note})" if note else "")
 
 
 def _hand_factor(case: Case) -> dict[str, str]:

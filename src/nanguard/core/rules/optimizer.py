@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from ..case import Case, Diagnosis
+from ..flags import wd_flag
 from ..ops import DTYPE_MAX, op_traits
 from ..taxonomy import Cause
 from ._fmt import nice_lr, num
@@ -187,6 +188,9 @@ def decay_too_strong(case: Case) -> Diagnosis | None:
                      f"{num(w.first)} → {num(w.last)}")
     fix = say.lr.weight_decay_fix.format(**case.names, opt=case.opt, lr=num(ctx.user_lr or lr), wd=nice_lr(_WD_TARGET / lr),
                                          was=num(wd), kept=case.kept("weight_decay"))
+    flag = wd_flag(wd, ctx.argv)
+    if flag is not None:  # the script's own knob (``--weight-decay 1e4``)
+        fix = say.lr.wd_flag_fix.format(new=flag.typed(nice_lr(_WD_TARGET / lr)), old=flag.typed())
     return Diagnosis(
         Cause.LEARNING_RATE_TOO_HIGH, 0.85,
         f"the weight decay is too strong for the learning rate: lr × weight_decay = {num(p)}",
