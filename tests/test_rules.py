@@ -15,6 +15,7 @@ import pytest
 from _rule_cases import (
     CALM,
     FIRST,
+    GRADS_GREW,
     GROWING,
     KERAS_WORDS,
     TORCH_WORDS,
@@ -114,6 +115,17 @@ def test_optimizer_rules() -> None:
     assert "their squares overflow float32 in `Adam.step()`" in d.evidence[0]
     small = replace(c["optimizer_squares_overflowed"].ev, inputs=(stats("grad", absmax=1e3),))
     assert optimizer.optimizer_squares_overflowed(replace(c["optimizer_squares_overflowed"], ev=small)) is None
+
+    # Adam whose steps swamped the weights (DQN at lr 2500): clipping stops the overflow of the
+    # second moment, not the steps — the learning rate goes first, said why
+    assert d.fixes[0].startswith("torch.nn.utils.clip_grad_norm_(")  # calm updates: the clip first
+    swamped = replace(c["optimizer_squares_overflowed"],
+                      trend=replace(GRADS_GREW, median_update_ratio=0.4, recent_update_ratios=(0.4,)))
+    d = optimizer.optimizer_squares_overflowed(swamped)
+    assert d is not None and d.cause is Cause.EXPLODING_GRADIENTS
+    assert d.fixes[0].startswith("optimizer = torch.optim.Adam(model.parameters(), lr="), d.fixes
+    assert d.fixes[0].endswith("# Adam's steps were 0.4 of the weights (healthy ≈ 1e-3): clipping the gradients "
+                               "does not shrink them"), d.fixes[0]
 
     d = optimizer.optimizer_made_nonfinite(c["optimizer_made_nonfinite"])
     assert d is not None and d.cause is Cause.OPTIMIZER_STATE and d.confidence == 0.9

@@ -6,6 +6,7 @@ import math
 
 from ..case import Case
 from ..flags import Flag, lr_flag
+from ..ops import ADAPTIVE_OPTIMIZERS
 from ..trials import TARGET_RATIO, Trial
 from ._fmt import nice_lr, num
 
@@ -181,11 +182,17 @@ def explode_fixes(case: Case) -> list[str]:
     }
     fixes = _tried_first(case, _no_repeat(case, [t.format(**kw) for t in case.say.lr.explode_fixes]))
     good = verified(case)
+    at = next((i for i, f in enumerate(fixes) if "lr=" in f or "learning_rate=" in f), None)
     if good is not None and good.fix.lr_factor is not None:
         # a learning rate trained on the failing step: it goes first, said so
-        at = next((i for i, f in enumerate(fixes) if "lr=" in f or "learning_rate=" in f), None)
         if at is not None:
             fixes.insert(0, fixes.pop(at) + f"  # {tried_note(case)}")
+    elif at is not None and at > 0 and case.ctx.optimizer in ADAPTIVE_OPTIMIZERS and case.trend.big_updates:
+        # Adam's step is about lr per weight whatever the gradient: a clip stops the overflow,
+        # not the steps that swamp the weights — the learning rate goes first
+        ratio = case.trend.median_update_ratio
+        fixes.insert(0, fixes.pop(at) + f"  # {case.ctx.optimizer}'s steps were {num(ratio or 0.0)} of the "
+                     "weights (healthy ≈ 1e-3): clipping the gradients does not shrink them")
     if case.say.lr.recurrent_fix is not None and recurrent(case):
         fixes.append(case.say.lr.recurrent_fix)
     return fixes
