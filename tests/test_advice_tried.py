@@ -7,7 +7,9 @@ suggested, said so; one that did not is never shown as working; the run is left 
 
 from __future__ import annotations
 
+import contextlib
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -257,6 +259,51 @@ def test_a_usual_weight_decay_beside_an_absurd_learning_rate_blames_the_learning
     assert cause is Cause.LEARNING_RATE_TOO_HIGH and rule != "decay_too_strong" and "lr=30" not in first, first
     cause, rule, first = fixes(5.0)  # an unusual decay: it is named, the learning rate kept
     assert rule == "decay_too_strong" and "weight_decay=" in first
+
+
+def _decayed(wd: float, policy: str | None, steps: int = 200) -> tuple[float, Any]:
+    """AdamW at lr 5e-3 on a regression: the mean loss of the last 50 steps, and the guard."""
+    torch.manual_seed(0)
+    x = torch.randn(512, 8)
+    y = x @ torch.randn(8, 1) + 0.1 * torch.randn(512, 1)
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.AdamW(net.parameters(), lr=5e-3, weight_decay=wd)
+    losses: list[float] = []
+    guard = nanguard.attach(net, opt, policy=policy) if policy else None
+    with guard if guard is not None else contextlib.nullcontext():
+        for _ in range(steps):
+            idx = torch.randint(0, 512, (64,))
+            opt.zero_grad()
+            loss = F.mse_loss(net(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+    return sum(losses[-50:]) / 50, guard
+
+
+def test_recover_sets_a_weight_decay_too_strong_for_the_learning_rate_instead_of_backing_it_off() -> None:
+    """``AdamW(lr=5e-3, weight_decay=1e3)``: lr × wd = 5 flips and grows the weights each step.
+    No learning rate trains on the failing step (the decay still shrinks the weights: it gave
+    up); the weight decay sized for the learning rate does — tried, applied, and the run ends
+    where the sane run does (0.030 against 0.030 with weight_decay=0.01)."""
+    sane, _ = _decayed(0.01, None)
+    final, guard = _decayed(1e3, "recover")
+    (rec,) = guard.recoveries
+    assert rec["action"] == "rollback" and rec["verified"] is True and rec["weight_decay"] == 0.02
+    assert rec["description"] == "rollback + weight_decay=0.02" and "lr_factor" not in rec
+    assert rec["trials"][0]["fix"] == "weight_decay=0.02"
+    assert final < 1.5 * sane
+
+
+def test_the_default_mode_tries_the_weight_decay_it_suggests() -> None:
+    with pytest.raises(NonFiniteError) as info:
+        _decayed(1e3, "raise")
+    d = info.value.diagnosis
+    assert d is not None and d.rule == "decay_too_strong"
+    assert d.fixes[0].startswith("opt = torch.optim.AdamW(net.parameters(), lr=0.005, weight_decay=0.02"), d.fixes
+    assert re.search(r"  # was weight_decay=1e\+03; verified on the failing step: loss [\d.]+ → [\d.]+$", d.fixes[0]), d.fixes[0]
+    assert "verified" not in d.fixes[1], d.fixes  # the learning-rate line was not what trained
 
 
 def test_a_hand_written_update_is_told_to_lower_its_own_learning_rate() -> None:

@@ -163,3 +163,40 @@ def test_a_jump_that_stays_below_where_the_run_started_is_undone_without_a_rollb
     step(s, 3e-3)
     assert c.state.lr_changes[-1]["why"] == "undone: the loss jumped to 0.003, ten times the 0.0002 it kept before"
     assert b.calls[calls:] == ["settings_changed"] and c.state.lr_scale == 0.5
+
+
+def test_a_raise_that_trains_worse_is_undone_with_a_rollback_to_before_it() -> None:
+    """The loss held at 1.0 before the raise and at 1.5 through its probation: the higher
+    learning rate trains worse — the raise is undone and the weights go back to where it began
+    (a spiral classifier with momentum drifted to chance after such an undo left its weights)."""
+    from nanguard.core.controller import StepController
+    from nanguard.core.diagnosis import Diagnosis
+    from nanguard.core.finding import Finding
+    from nanguard.core.policy import RecoveryConfig
+    from nanguard.core.taxonomy import Cause
+    from test_controller import FakeBackend
+
+    c = StepController(RecoveryConfig(policy="recover"), _history([1.0] * 20))
+    b = FakeBackend(snapshot_step=0)
+    c.act(Finding(phase="forward", op="aten.mse_loss.default", step=20),
+          Diagnosis(Cause.LEARNING_RATE_TOO_HIGH, 0.9, "lr"), b, step=20)
+
+    def step(s: int, loss: float) -> None:
+        c.history.append(StepRecord(step=s, loss=loss, grad_norm=1.0, param_norm=10.0, lr=0.01,
+                                    update_norm=0.01))
+        c.healthy()
+        c.step_ended()
+
+    s = 21
+    while not c.state.lr_changes:
+        step(s, 1.0)
+        s += 1
+    raised_at = s - 1
+    while len(c.state.lr_changes) < 2:
+        step(s, 1.5)
+        s += 1
+    change = c.state.lr_changes[-1]
+    assert change["step"] == raised_at + GROW_EVERY and change["lr_scale"] == 0.5
+    assert change["why"] == ("undone: the loss rose to 1.5, above the 1 it held at before the raise; "
+                             "rolled back to step 0")
+    assert "rollback" in b.calls[-2:]

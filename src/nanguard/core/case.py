@@ -111,6 +111,9 @@ class Diagnosis:
     #: the fixes tried on the failing step before one was applied (``Trial.to_dict()`` each;
     #: filled in by the step controller under ``skip``/``recover``)
     trials: list[dict[str, Any]] = field(default_factory=list)
+    #: the weight decay sized for the run's learning rate, where ``lr × weight_decay ≥ 1`` is the
+    #: root (``recover`` sets it instead of backing the learning rate off)
+    weight_decay: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {

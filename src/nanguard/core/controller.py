@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .diagnosis import Diagnosis
 from .early import EarlyWarning, EarlyWarnings
@@ -89,6 +89,17 @@ class Backend(Protocol):
     def restore_state(self) -> dict[str, Any]:
         """Put back state a bad batch poisoned (BatchNorm statistics, metrics); what was put
         back, for the run log."""
+
+
+class DecayBackend(Protocol):
+    """What a backend that can set the optimizer's weight decay adds (torch): asked by
+    :func:`_decay` (by name: a backend without it backs the learning rate off instead)."""
+
+    def weight_decay_settable(self) -> bool:
+        """Does the failing step's optimizer have a weight decay to set?"""
+
+    def set_weight_decay(self, weight_decay: float) -> None:
+        """Lower the optimizer's weight decay to ``weight_decay`` (from now on)."""
 
 
 def _print_warning(w: EarlyWarning) -> None:
@@ -185,7 +196,8 @@ class StepController:
         step = self.history[-1].step
         if new > scale:
             self.regrowth.wants_snapshot = True  # the state the raise is tried from
-        elif self.regrowth.damaged and self.primary.above_start(self.history):
+        elif self.regrowth.damaged in ("nonfinite", "rose") or (
+                self.regrowth.damaged == "jump" and self.primary.above_start(self.history)):
             # the raise diverged the weights: back to the snapshot taken as it began (none
             # other is taken while a raise is on probation)
             restored = self._backend.rollback()
@@ -289,7 +301,7 @@ class StepController:
         self._backend = backend
         self._repeated_drops(finding, diag, step, after_update, backend)
         ratio, clip = _agreed(backend, self.history.update_ratio_estimate(), self._clip(script_clip, adaptive))
-        action, self.state = decide(self.config, self.state, diag, step, clip, eps, ratio)
+        action, self.state = decide(self.config, self.state, diag, step, clip, eps, ratio, _decay(diag, backend))
         if action.kind == "raise":
             self._raise(NonFiniteError(finding, diag), step)
         if action.kind == "give_up":
@@ -310,6 +322,8 @@ class StepController:
             details.update(self._rollback(finding, diag, backend, step, after_update))
         if action.set_eps is not None:
             backend.set_eps(action.set_eps)
+        if action.set_weight_decay is not None:
+            cast(DecayBackend, backend).set_weight_decay(action.set_weight_decay)
         details.update(backend.restore_state())
         self.state = self.state.recorded(step, action, **details)
         self._said()
@@ -339,7 +353,8 @@ class StepController:
         if diag.cause not in ROLLBACK:
             return None
         ratio, clip = _agreed(backend, self.history.update_ratio_estimate(), self._clip(script_clip, adaptive))
-        action, _ = decide(replace(self.config, policy="recover"), self.state, diag, step, clip, eps, ratio)
+        action, _ = decide(replace(self.config, policy="recover"), self.state, diag, step, clip, eps, ratio,
+                           _decay(diag, backend))
         if action.kind != "rollback":
             return None
         return backend.trial(_candidates(action, ratio, self.config.lr_factor))
@@ -417,7 +432,7 @@ class StepController:
                                  f"snapshot of step {good.from_step}: loss {losses}")
         fix = good.fix
         chosen = Action("rollback", action.reason, lr_factor=fix.lr_factor, clip_norm=fix.clip_norm,
-                        set_eps=fix.eps)
+                        set_eps=fix.eps, set_weight_decay=fix.weight_decay)
         self.state = self.state.applied(fix.lr_factor, fix.clip_norm)
         return chosen, trials
 
@@ -498,12 +513,22 @@ def _candidates(action: Action, ratio: float | None, cap: float) -> list[Fix]:
     learning rate ten and a hundred times lower (or, for a clip or ``eps`` alone, with the
     measured back-off added)."""
     clip, eps = action.clip_norm, action.set_eps
+    if action.set_weight_decay is not None:  # the decay first, then with the learning rate too
+        wd = action.set_weight_decay
+        return [Fix(weight_decay=wd), *(Fix(x, weight_decay=wd) for x in _smaller(cap)[:2])]
     if action.lr_factor is not None:
         return [Fix(x, clip, eps) for x in _smaller(action.lr_factor)]
     lr = lr_candidates(ratio, cap)
     if clip is None and eps is None:
         return [Fix(x) for x in lr]
     return [Fix(None, clip, eps), Fix(lr[0], clip, eps), Fix(lr[1], clip, eps)]
+
+
+def _decay(diag: Diagnosis, backend: Backend) -> float | None:
+    """The weight decay to set instead of a learning-rate back-off, where the diagnosis sized one
+    and the backend can set it (torch; a Keras optimizer's decay is traced into its step)."""
+    settable = getattr(backend, "weight_decay_settable", None)
+    return diag.weight_decay if diag.weight_decay is not None and settable is not None and settable() else None
 
 
 def _inputs_hint(trials: list[Trial], history: History) -> str:

@@ -11,8 +11,9 @@ most back to 1). Each raise is on probation for the next ``every`` steps: if a s
 non-finite or the loss jumps tenfold, or at the end the loss (the median of the probation's
 second half) is more than :data:`WORSE` above its median over as many steps before the raise,
 or the updates swamp the weights, the raise is undone and the next one waits twice as long. The
-raise is tried from a snapshot taken as it begins: an undo for a non-finite step or a jump above
-where the run started rolls back to it (the weights carry the damage). The history's ``lr``
+raise is tried from a snapshot taken as it begins: an undo for a non-finite step, a loss held
+above its level, or a jump above where the run started rolls back to it (the weights carry the
+damage). The history's ``lr``
 shows the factor over time; each change is one line on stderr and one entry of
 ``RecoveryState.lr_changes`` (the run log's ``outcome.lr_changes``, and the summary's factor in force).
 """
@@ -47,9 +48,11 @@ class Regrowth:
     #: a raise on probation: (its step, the factor before it, the loss ceiling before it, the
     #: median loss before it)
     probation: tuple[int, float, float | None, float | None] | None = None
-    #: the last undo was for a step gone non-finite or a loss jump: the raise did damage the
-    #: weights carry (the controller rolls back to the snapshot from before it)
-    damaged: bool = False
+    #: why the last raise was undone, when its steps left the weights worse than before it:
+    #: ``"nonfinite"``, ``"rose"`` (the loss held above its level before the raise), ``"jump"``
+    #: (one loss ten times the ceiling: damage only when above where the run started — the
+    #: controller asks) — the controller rolls back to the snapshot taken as the raise began
+    damaged: str | None = None
     #: a raise began: the adapter's next snapshot opportunity keeps the state it is tried from
     wants_snapshot: bool = False
 
@@ -82,17 +85,18 @@ class Regrowth:
         since = [r for r in reversed(list(history.newest(step - at))) if r.step > at]
         losses = [r.loss for r in since if r.finite and r.loss is not None]
         why = None
-        self.damaged = False
+        self.damaged = None
         if any(not r.finite for r in since):
-            why, self.damaged = "a step went non-finite", True
+            why, self.damaged = "a step went non-finite", "nonfinite"
         elif ceiling is not None and losses and ceiling > 0 and losses[-1] > 10 * ceiling:
             why = f"the loss jumped to {losses[-1]:.4g}, ten times the {ceiling:.4g} it kept before"
-            self.damaged = True
+            self.damaged = "jump"
         elif step - at >= self.every:
             loss = _median(losses[len(losses) // 2:])
             ratio = _median([r.update_ratio for r in since if r.update_ratio is not None])
             if held is not None and loss is not None and loss > held + WORSE * abs(held):
                 why = f"the loss rose to {loss:.4g}, above the {held:.4g} it held at before the raise"
+                self.damaged = "rose"
             elif ratio is not None and ratio > STUCK_RATIO:
                 why = f"the updates swamp the weights (update/weight ratio {ratio:.2g})"
             else:

@@ -74,9 +74,11 @@ class Action:
     lr_factor: float | None = None
     clip_norm: float | None = None
     set_eps: float | None = None
+    set_weight_decay: float | None = None
 
     def describe(self) -> str:
-        return " + ".join([self.kind.replace("_", " "), *changes(self.lr_factor, self.clip_norm, self.set_eps)])
+        return " + ".join([self.kind.replace("_", " "), *changes(self.lr_factor, self.clip_norm, self.set_eps,
+                                                                  weight_decay=self.set_weight_decay)])
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,8 @@ class RecoveryState:
             entry["clip_norm"] = action.clip_norm
         if action.set_eps is not None:
             entry["eps"] = action.set_eps
+        if action.set_weight_decay is not None:
+            entry["weight_decay"] = action.set_weight_decay
         return replace(self, recoveries=(*self.recoveries, entry))
 
     def regrown(self, step: int, lr_scale: float, why: str) -> RecoveryState:
@@ -180,6 +184,7 @@ def decide(
     clip_suggestion: float | None = None,
     eps: float | None = None,
     update_ratio: float | None = None,
+    weight_decay: float | None = None,
 ) -> tuple[Action, RecoveryState]:
     """What to do about a non-finite step whose cause is ``diagnosis.cause``, and the state
     with it counted. Pure: nothing is applied — the back-off the action carries joins the state
@@ -188,7 +193,10 @@ def decide(
     ``update_ratio`` (median ``|Δw|/|w|`` of the healthy steps) sizes the learning-rate
     back-off: ×``lr_factor`` normally, more when the updates were far larger than the ≈1e-3
     of healthy training — halving a learning rate 10⁵× too high five times over would
-    exhaust the recoveries before it helped (:func:`backoff`).
+    exhaust the recoveries before it helped (:func:`backoff`). ``weight_decay``: where the
+    diagnosis found ``lr × weight_decay ≥ 1`` (and the backend can set it), the weight decay
+    sized for the learning rate — the rollback sets it instead of backing the learning rate off
+    (which would leave a decay that still shrinks the weights each step, and a run at chance).
     """
     if config.policy == "raise":
         return Action("raise", "policy 'raise'"), state
@@ -209,6 +217,8 @@ def decide(
                       "the non-finite values"), state
     lr = clip = set_eps = None
     tighter = clip_suggestion if state.clip_norm is None else state.clip_norm * 0.5
+    if weight_decay is not None and cause is Cause.LEARNING_RATE_TOO_HIGH and not recent:
+        return (Action("rollback", f"{cause.value}", set_weight_decay=weight_decay), state.counted())
     if cause is Cause.OPTIMIZER_STATE and eps is not None and eps < 1e-12:
         set_eps = 1e-8
     elif cause is Cause.EXPLODING_GRADIENTS:

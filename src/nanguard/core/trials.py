@@ -31,21 +31,25 @@ TARGET_RATIO = 1e-2
 @dataclass(frozen=True)
 class Fix:
     """One change to try: a learning-rate factor (on top of any earlier back-off), a clipping
-    threshold, an ``eps``."""
+    threshold, an ``eps``, a weight decay (where ``lr × weight_decay ≥ 1`` is the root)."""
 
     lr_factor: float | None = None
     clip_norm: float | None = None
     eps: float | None = None
+    weight_decay: float | None = None
 
     def describe(self) -> str:
-        return " + ".join(changes(self.lr_factor, self.clip_norm, self.eps, lr_format=".2g")) or "no change"
+        return " + ".join(changes(self.lr_factor, self.clip_norm, self.eps, lr_format=".2g",
+                                  weight_decay=self.weight_decay)) or "no change"
 
 
 def changes(lr_factor: float | None, clip_norm: float | None, eps: float | None,
-            lr_format: str = "g") -> list[str]:
+            lr_format: str = "g", weight_decay: float | None = None) -> list[str]:
     """The words for a change to the update ("learning rate ×0.1", "clip gradients at 3",
-    "eps=1e-08"), for a fix tried and for the action taken."""
+    "eps=1e-08", "weight_decay=0.2"), for a fix tried and for the action taken."""
     parts = []
+    if weight_decay is not None:
+        parts.append(f"weight_decay={weight_decay:g}")
     if lr_factor is not None:
         parts.append(f"learning rate ×{lr_factor:{lr_format}}")
     if clip_norm is not None:
@@ -107,7 +111,7 @@ class Trial:
         }
         if self.lr is not None:
             d["lr"] = self.lr
-        for k in ("lr_factor", "clip_norm", "eps"):
+        for k in ("lr_factor", "clip_norm", "eps", "weight_decay"):
             v = getattr(self.fix, k)
             if v is not None:
                 d[k] = v

@@ -136,6 +136,16 @@ class Actuator:
             if "eps" in grp and isinstance(grp["eps"], (int, float)) and grp["eps"] < 1e-12:
                 grp["eps"] = eps
 
+    def set_weight_decay(self, opt: torch.optim.Optimizer | None, weight_decay: float) -> None:
+        """Lower every parameter group's weight decay above ``weight_decay`` to it (a rollback
+        for ``lr × weight_decay ≥ 1``; kept from then on, as ``eps`` is)."""
+        if opt is None:
+            return
+        for grp in opt.param_groups:
+            wd = grp.get("weight_decay")
+            if isinstance(wd, (int, float)) and not isinstance(wd, bool) and wd > weight_decay:
+                grp["weight_decay"] = weight_decay
+
     def restore_state(self) -> dict[str, Any]:
         """Module buffers (BatchNorm statistics) a bad batch made non-finite, put back from the
         copy after the last healthy update (or the last snapshot)."""

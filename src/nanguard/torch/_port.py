@@ -193,5 +193,12 @@ class TorchPort:
     def set_eps(self, eps: float) -> None:
         self.actuator.set_eps(self.opt, eps)
 
+    def weight_decay_settable(self) -> bool:
+        return self.opt is not None and any(
+            isinstance(g.get("weight_decay"), (int, float)) and g["weight_decay"] > 0 for g in self.opt.param_groups)
+
+    def set_weight_decay(self, weight_decay: float) -> None:
+        self.actuator.set_weight_decay(self.opt, weight_decay)
+
     def restore_state(self) -> dict[str, Any]:
         return self.actuator.restore_state()

@@ -75,23 +75,28 @@ def step_loss(events: Sequence[Event], params: Sequence[torch.Tensor]) -> tuple[
 
 @contextlib.contextmanager
 def _settings(opt: torch.optim.Optimizer, fix: Fix, scale: float) -> Iterator[None]:
-    """The optimizer's learning rate (× the run's back-off × the fix's factor) and ``eps`` for
+    """The optimizer's learning rate (× the run's back-off × the fix's factor), ``eps`` and weight decay for
     one trial update; put back after it."""
-    saved = [(g.get("lr"), g.get("eps")) for g in opt.param_groups]
+    saved = [(g.get("lr"), g.get("eps"), g.get("weight_decay")) for g in opt.param_groups]
     factor = scale * (fix.lr_factor if fix.lr_factor is not None else 1.0)
     for g in opt.param_groups:
         if isinstance(g.get("lr"), (int, float)):
             g["lr"] = g["lr"] * factor
         if fix.eps is not None and isinstance(g.get("eps"), (int, float)) and g["eps"] < fix.eps:
             g["eps"] = fix.eps
+        wd = g.get("weight_decay")
+        if fix.weight_decay is not None and isinstance(wd, (int, float)) and wd > fix.weight_decay:
+            g["weight_decay"] = fix.weight_decay
     try:
         yield
     finally:
-        for g, (lr, eps) in zip(opt.param_groups, saved):
+        for g, (lr, eps, wd) in zip(opt.param_groups, saved):
             if lr is not None:
                 g["lr"] = lr
             if eps is not None:
                 g["eps"] = eps
+            if wd is not None:
+                g["weight_decay"] = wd
 
 
 def _lr_of(opt: torch.optim.Optimizer, fix: Fix, scale: float) -> float | None:

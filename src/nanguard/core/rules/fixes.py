@@ -26,12 +26,13 @@ def _lr_tried(case: Case) -> list[float]:
     return [t.lr for t in case.ctx.trials if t.lr is not None and t.fix.lr_factor is not None]
 
 
-def tried_note(case: Case) -> str:
+def tried_note(case: Case, lr_only: bool = False) -> str:
     """What the trials on the failing step said, for the comment of the line they decided:
     ``"verified on the failing step: loss 4.1 → 2.3"`` or ``"untried: lr=0.001, 0.0001 did not
-    train on the failing step"`` (empty without trials)."""
+    train on the failing step"`` (empty without trials). ``lr_only``: for a learning-rate line —
+    a clip or a weight decay that trained verified no learning rate."""
     good = verified(case)
-    if good is not None:
+    if good is not None and (not lr_only or good.fix.lr_factor is not None):
         return "verified on the failing step: loss " + " → ".join(f"{v:.3g}" for v in (good.losses[0], good.losses[-1]))
     lrs = _lr_tried(case)
     if not lrs:
@@ -92,7 +93,7 @@ def lr_fixes(case: Case) -> list[str]:
         "opt": case.opt,
         "lr": _lr_text(case, low),
         "kept": case.kept(),
-        "was": _was(user, tried_note(case)),
+        "was": _was(user, tried_note(case, lr_only=True)),
         "clip": f"{trend.clip_threshold:g}",
         "sched": ctx.scheduler or "",
         "peak": nice_lr(top / 4),
@@ -125,7 +126,7 @@ def _flag_fix(case: Case, flag: Flag, lr_text: str, low: float | None) -> str:
     """The learning-rate flag, as the user typed it, with the value to use: the suggested
     learning rate — or, when a schedule scales the flag's value (it is not the learning rate
     that ran), that value times the factor the suggestion applies."""
-    user, note = case.ctx.user_lr, tried_note(case)
+    user, note = case.ctx.user_lr, tried_note(case, lr_only=True)
     good = verified(case)
     how = ""
     new = lr_text

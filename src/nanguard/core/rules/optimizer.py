@@ -11,7 +11,7 @@ from ..flags import wd_flag
 from ..ops import DTYPE_MAX, op_traits
 from ..taxonomy import Cause
 from ._fmt import nice_lr, num
-from .fixes import explode_fixes, lr_fixes
+from .fixes import explode_fixes, lr_fixes, tried_note, verified
 from .singular import find_singularity
 
 __all__ = [
@@ -188,13 +188,18 @@ def decay_too_strong(case: Case) -> Diagnosis | None:
                      f"{num(w.first)} → {num(w.last)}")
     fix = say.lr.weight_decay_fix.format(**case.names, opt=case.opt, lr=num(ctx.user_lr or lr), wd=nice_lr(_WD_TARGET / lr),
                                          was=num(wd), kept=case.kept("weight_decay"))
+    good = verified(case)
+    note = tried_note(case) if good is not None and good.fix.weight_decay is not None else ""
+    if note:
+        fix += ("; " if "  # " in fix else "  # ") + note
     flag = wd_flag(wd, ctx.argv)
     if flag is not None:  # the script's own knob (``--weight-decay 1e4``)
         fix = say.lr.wd_flag_fix.format(new=flag.typed(nice_lr(_WD_TARGET / lr)), old=flag.typed())
+        fix += f" ({note})" if note else ""
     return Diagnosis(
         Cause.LEARNING_RATE_TOO_HIGH, 0.85,
         f"the weight decay is too strong for the learning rate: lr × weight_decay = {num(p)}",
-        lines, [fix, *lr_fixes(case)[1:2]],
+        lines, [fix, *lr_fixes(case)[1:2]], weight_decay=float(nice_lr(_WD_TARGET / (ctx.user_lr or lr))),
     )
 
 
