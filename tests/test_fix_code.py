@@ -135,7 +135,8 @@ def test_a_learning_rate_from_a_command_line_flag_is_changed_there(monkeypatch: 
     # minGPT's parser takes only --arg=value: the advice keeps the form the user typed
     assert lr_flag(50.0, ["--trainer.learning_rate=5e1"]).typed("0.0007") == "--trainer.learning_rate=0.0007"
     # a schedule moved the learning rate (warmup at 6.2 of 10): the flag at or above its peak
-    assert lr_flag(6.2, ["--learning_rate=10.0", "--min_lr=1e-5"], top=6.2) == Flag("--learning_rate", "10.0", "=")
+    assert lr_flag(6.2, ["--learning_rate=10.0", "--min_lr=1e-5", "--lr_decay_iters=500"], top=6.2) == Flag(
+        "--learning_rate", "10.0", "=")
     assert wd_flag(1e4, ["--weight-decay", "1e4"]) == Flag("--weight-decay", "1e4", " ")
     assert wd_flag(1e4, ["--trainer.weight_decay=1e4"]) == Flag("--trainer.weight_decay", "1e4", "=")
     assert wd_flag(0.1, ["--wd", "0.2"]) is None

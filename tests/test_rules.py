@@ -126,6 +126,11 @@ def test_optimizer_rules() -> None:
     assert d.fixes[0].startswith("optimizer = torch.optim.Adam(model.parameters(), lr="), d.fixes
     assert d.fixes[0].endswith("# Adam's steps were 0.4 of the weights (healthy ≈ 1e-3): clipping the gradients "
                                "does not shrink them"), d.fixes[0]
+    # the learning rate came from the command line (nanoGPT's --learning_rate=10.0): changed there
+    flagged = replace(swamped, ctx=replace(swamped.ctx, argv=["--learning_rate=1e-3", "--lr_decay_iters=500"]))
+    d = optimizer.optimizer_squares_overflowed(flagged)
+    assert d is not None and d.fixes[0].startswith("run it again with `--learning_rate="), d.fixes
+    assert "(it was `--learning_rate=1e-3`)" in d.fixes[0]
 
     d = optimizer.optimizer_made_nonfinite(c["optimizer_made_nonfinite"])
     assert d is not None and d.cause is Cause.OPTIMIZER_STATE and d.confidence == 0.9

@@ -49,8 +49,15 @@ def _words(name: str) -> tuple[str, list[str]]:
     return words, words.split("-")
 
 
+#: a flag that counts something is no learning rate (``--lr_decay_iters=500``, ``--lr-warmup-steps``)
+_COUNTS = frozenset({"iter", "iters", "iteration", "iterations", "step", "steps", "epoch", "epochs",
+                     "patience", "every", "freq", "interval"})
+
+
 def _is_lr_flag(name: str) -> bool:
     words, parts = _words(name)
+    if _COUNTS.intersection(parts):
+        return False
     return (any(p in words for p in _LR_PHRASES)
             or any(w == "lr" or (w.startswith("lr") and w[2:].isdigit()) for w in parts))
 

@@ -194,6 +194,15 @@ def explode_fixes(case: Case) -> list[str]:
         ratio = case.trend.median_update_ratio
         fixes.insert(0, fixes.pop(at) + f"  # {case.ctx.optimizer}'s steps were {num(ratio or 0.0)} of the "
                      "weights (healthy ≈ 1e-3): clipping the gradients does not shrink them")
+    if at is not None:
+        # a learning rate from the command line is changed there (a schedule that rewrites
+        # param_group["lr"] every step would overwrite a new optimizer line)
+        trend = case.trend
+        top = max([*trend.lrs, case.ctx.lr or 0.0]) if trend.schedule_varied or case.ctx.scheduler else None
+        flag = lr_flag(case.ctx.user_lr, case.ctx.argv, top)
+        i = next((i for i, f in enumerate(fixes) if "lr=" in f or "learning_rate=" in f), None)
+        if flag is not None and i is not None:
+            fixes[i] = _flag_fix(case, flag, kw["lr"], low)
     if case.say.lr.recurrent_fix is not None and recurrent(case):
         fixes.append(case.say.lr.recurrent_fix)
     return fixes
