@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -17,6 +19,31 @@ def _history(losses: list[float], start: int = 0) -> History:
         h.append(StepRecord(step=start + i, loss=v, grad_norm=1.0, param_norm=10.0, lr=0.01,
                             update_norm=0.01))
     return h
+
+
+def _backed_off(losses: list[float]) -> tuple[Any, Any, Any]:
+    """A ``recover`` controller over a history of ``losses`` that rolled back at step 20 (a
+    learning-rate cause, a fake backend whose snapshot is step 0), and ``step(s, loss)``: one
+    healthy step ended."""
+    from nanguard.core.controller import StepController
+    from nanguard.core.diagnosis import Diagnosis
+    from nanguard.core.finding import Finding
+    from nanguard.core.policy import RecoveryConfig
+    from nanguard.core.taxonomy import Cause
+    from test_controller import FakeBackend
+
+    c = StepController(RecoveryConfig(policy="recover"), _history(losses))
+    b = FakeBackend(snapshot_step=0)
+    c.act(Finding(phase="forward", op="aten.mse_loss.default", step=20),
+          Diagnosis(Cause.LEARNING_RATE_TOO_HIGH, 0.9, "lr"), b, step=20)
+
+    def step(s: int, loss: float) -> None:
+        c.history.append(StepRecord(step=s, loss=loss, grad_norm=1.0, param_norm=10.0, lr=0.01,
+                                    update_norm=0.01))
+        c.healthy()
+        c.step_ended()
+
+    return c, b, step
 
 
 def test_a_back_off_grows_back_after_healthy_steps_and_a_raise_the_loss_cannot_bear_is_undone() -> None:
@@ -98,24 +125,7 @@ def test_a_raise_that_diverges_the_weights_is_undone_with_a_rollback_to_before_i
     """No snapshot is kept while a raise is on probation; when the loss jumps tenfold the raise
     is undone and the run goes back to the snapshot from before it (the damage is in the
     weights)."""
-    from nanguard.core.controller import StepController
-    from nanguard.core.diagnosis import Diagnosis
-    from nanguard.core.finding import Finding
-    from nanguard.core.policy import RecoveryConfig
-    from nanguard.core.taxonomy import Cause
-    from test_controller import FakeBackend
-
-    c = StepController(RecoveryConfig(policy="recover"), _history([1.0] * 20))
-    b = FakeBackend(snapshot_step=0)
-    diag = Diagnosis(Cause.LEARNING_RATE_TOO_HIGH, 0.9, "lr")
-    c.act(Finding(phase="forward", op="aten.mse_loss.default", step=20), diag, b, step=20)
-
-    def step(s: int, loss: float) -> None:
-        c.history.append(StepRecord(step=s, loss=loss, grad_norm=1.0, param_norm=10.0, lr=0.01,
-                                    update_norm=0.01))
-        c.healthy()
-        c.step_ended()
-
+    c, b, step = _backed_off([1.0] * 20)
     s = 21
     while not c.state.lr_changes:
         assert c.snapshot_ok() or c.judge.judging
@@ -135,26 +145,7 @@ def test_a_raise_that_diverges_the_weights_is_undone_with_a_rollback_to_before_i
 def test_a_jump_that_stays_below_where_the_run_started_is_undone_without_a_rollback() -> None:
     """A converged classifier (loss 1e-4, started at 1.4) meets a batch at 3e-3 while a raise is
     on probation: the raise is undone, but nothing the run learned is thrown away."""
-    from nanguard.core.controller import StepController
-    from nanguard.core.diagnosis import Diagnosis
-    from nanguard.core.finding import Finding
-    from nanguard.core.policy import RecoveryConfig
-    from nanguard.core.taxonomy import Cause
-    from test_controller import FakeBackend
-
-    c = StepController(RecoveryConfig(policy="recover"), History())
-    b = FakeBackend(snapshot_step=0)
-
-    def step(s: int, loss: float) -> None:
-        c.history.append(StepRecord(step=s, loss=loss, grad_norm=1.0, param_norm=10.0, lr=0.01,
-                                    update_norm=0.01))
-        c.healthy()
-        c.step_ended()
-
-    for s in range(20):
-        step(s, 1.4 if s == 0 else 1.0)
-    diag = Diagnosis(Cause.LEARNING_RATE_TOO_HIGH, 0.9, "lr")
-    c.act(Finding(phase="forward", op="aten.mse_loss.default", step=20), diag, b, step=20)
+    c, b, step = _backed_off([1.4] + [1.0] * 19)
     s = 21
     while not c.state.lr_changes:
         step(s, 1e-4)
@@ -169,24 +160,7 @@ def test_a_raise_that_trains_worse_is_undone_with_a_rollback_to_before_it() -> N
     """The loss held at 1.0 before the raise and at 1.5 through its probation: the higher
     learning rate trains worse — the raise is undone and the weights go back to where it began
     (a spiral classifier with momentum drifted to chance after such an undo left its weights)."""
-    from nanguard.core.controller import StepController
-    from nanguard.core.diagnosis import Diagnosis
-    from nanguard.core.finding import Finding
-    from nanguard.core.policy import RecoveryConfig
-    from nanguard.core.taxonomy import Cause
-    from test_controller import FakeBackend
-
-    c = StepController(RecoveryConfig(policy="recover"), _history([1.0] * 20))
-    b = FakeBackend(snapshot_step=0)
-    c.act(Finding(phase="forward", op="aten.mse_loss.default", step=20),
-          Diagnosis(Cause.LEARNING_RATE_TOO_HIGH, 0.9, "lr"), b, step=20)
-
-    def step(s: int, loss: float) -> None:
-        c.history.append(StepRecord(step=s, loss=loss, grad_norm=1.0, param_norm=10.0, lr=0.01,
-                                    update_norm=0.01))
-        c.healthy()
-        c.step_ended()
-
+    c, b, step = _backed_off([1.0] * 20)
     s = 21
     while not c.state.lr_changes:
         step(s, 1.0)

@@ -506,7 +506,11 @@ def test_skip_gives_up_after_n_consecutive_skips() -> None:
     assert model.train_function is None  # fit's own function again for the next fit
 
 
-def test_recover_drops_a_poisoned_batch_and_logs_its_samples() -> None:
+def test_recover_drops_a_poisoned_batch_and_logs_its_samples(capfd: pytest.CaptureFixture[str]) -> None:
+    """The batch is dropped and its samples logged; the callback says so as it happens (one line
+    on stderr) and, at the end of ``fit``, prints the summary and the verdict ``nanguard run``
+    prints (a dropped batch after a single healthy step: too few to know the run's level — said
+    so, never "recovered")."""
     x, y = _data()
     x[40, 1] = np.inf
     model = _mlp()
@@ -517,18 +521,6 @@ def test_recover_drops_a_poisoned_batch_and_logs_its_samples() -> None:
         {**cb.recoveries[0], "step": 1, "action": "drop_batch", "samples": [8], "input": "x"}
     ]
     assert cb.findings[0][0].details["samples"] == [{"index": 8, "kind": "+Inf", "features": [1]}]
-
-
-def test_the_callback_says_what_it_did_as_it_does_it_and_at_the_end(capfd: pytest.CaptureFixture[str]) -> None:
-    """One line on stderr when the batch is dropped, and at the end of ``fit`` the summary and
-    the verdict ``nanguard run`` prints (a dropped batch after a single healthy step: too few to
-    know the run's level — said so, never "recovered")."""
-    x, y = _data()
-    x[40, 1] = np.inf
-    model = _mlp()
-    model.compile(keras.optimizers.SGD(0.01), "mse")
-    cb = nk.NanGuard(policy="recover")
-    model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
     err = capfd.readouterr().err
     assert "nanguard: step 1: nonfinite-input → drop batch" in err
     assert "nanguard: the run finished after" in err and "step 1: nonfinite-input → drop batch\n" in err

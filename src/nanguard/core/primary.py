@@ -26,6 +26,7 @@ class PrimarySteps:
     name: str | None = None
     several: bool = False
     first_loss: float | None = None
+    first_step: int | None = None
 
     def note(self, rec: StepRecord) -> None:
         """A step ended (its record)."""
@@ -36,7 +37,7 @@ class PrimarySteps:
                 self.several = True
         if (self.first_loss is None and self.owns(rec) and rec.finite and rec.loss is not None
                 and math.isfinite(rec.loss)):
-            self.first_loss = rec.loss
+            self.first_loss, self.first_step = rec.loss, rec.step
 
     def owns(self, rec: StepRecord) -> bool:
         """Is this the primary's step (every step, with one optimizer)?"""
@@ -54,4 +55,11 @@ class PrimarySteps:
         below — a converged classifier's 1e-4 meeting a batch at 3e-3 — does not.)"""
         last = self.of(history, 1)
         loss = last[-1].loss if len(last) else None
-        return loss is None or not math.isfinite(loss) or self.first_loss is None or loss > self.first_loss
+        # where the run started: its first loss seen, or the history's oldest (records the
+        # controller was given at a resume were never fed to it step by step)
+        oldest = next((r for r in history if self.owns(r) and r.finite and r.loss is not None
+                       and math.isfinite(r.loss)), None)
+        start = self.first_loss
+        if oldest is not None and (self.first_step is None or oldest.step < self.first_step):
+            start = oldest.loss
+        return loss is None or not math.isfinite(loss) or start is None or loss > start
