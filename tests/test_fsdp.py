@@ -165,3 +165,98 @@ def test_ddp_recovers_with_the_same_verified_fix_and_equal_replicas(tmp_path: Pa
     w0, w1 = _weights(tmp_path)
     assert w0["finite"] and w1["finite"]
     assert w0["sum"] == w1["sum"], (w0, w1)  # DDP's replicas are still one model
+
+
+_ONE_RANK = """
+import gc, json, os, torch, torch.nn as nn, torch.nn.functional as F
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+
+    def forward(self, x, scale):
+        pre = self.body(x)
+        if os.environ["KIND"] == "log":
+            return pre * torch.log(scale)  # forward: log(0) = -inf
+        return torch.sqrt(pre * pre * (scale != 0))  # backward: sqrt's derivative at 0
+
+
+model = Net()
+if os.environ["MODE"] == "ddp":
+    model = nn.parallel.DistributedDataParallel(model)
+else:
+    for m in model.body:
+        if isinstance(m, nn.Linear):
+            fully_shard(m)
+    fully_shard(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+g = torch.Generator().manual_seed(rank)
+for step in range(8):
+    x = torch.randn(16, 4, generator=g)
+    scale = torch.rand(16, 1, generator=g) + 1.5
+    if rank == 1 and step == 3:
+        scale[5, 0] = 0.0  # this rank's batch only
+    opt.zero_grad()
+    F.mse_loss(model(x, scale), x.sum(1, keepdim=True)).backward()
+    opt.step()
+full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
+with open(f"weights.rank{rank}.json", "w") as fh:
+    json.dump({"finite": all(bool(torch.isfinite(p).all()) for p in full),
+               "sum": float(sum(p.detach().double().sum() for p in full))}, fh)
+del model, opt, full
+gc.collect()
+dist.destroy_process_group()
+"""
+
+
+def _one_rank(spawn: Spawn, tmp_path: Path, mode: str, kind: str, policy: str) -> tuple[int, str]:
+    script = tmp_path / "train.py"
+    script.write_text(_ONE_RANK)
+    proc = spawn.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                      "--master_port", str(_port()), "-m", "nanguard", "run", "--policy", policy,
+                      "--json", str(tmp_path / "run.json"), str(script)],
+                     cwd=tmp_path, timeout=300, env={**_env(), "MODE": mode, "KIND": kind})
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize("mode,policy", [("fsdp2", "raise"), ("fsdp2", "skip"), ("fsdp2", "recover"),
+                                         ("ddp", "skip")])
+def test_a_nan_made_on_one_rank_is_credited_to_it_with_its_op(
+        tmp_path: Path, spawn: Spawn, mode: str, policy: str) -> None:
+    """Rank 1 alone meets log(0); rank 0 is healthy. FSDP2's forward all-gathers: a replay on
+    rank 1 alone waited on rank 0 (gloo aborted the job: 'collective mismatch'); now the modules
+    are gathered on every rank and the replay runs with no collective."""
+    rc, err = _one_rank(spawn, tmp_path, mode, "log", policy)
+    for name in ("run.json", "run.rank1.json"):
+        log = json.loads((tmp_path / name).read_text())
+        (event,) = log["events"]
+        assert (event["step"], event["rank"], event["phase"], event["op"], event["cause"]) == (
+            3, 1, "forward", "aten.log.default", "unsafe-op"), event
+        assert event["module_type"] == "Net"  # the user's class, not FSDP2's FSDPNet
+    if policy == "skip":
+        assert rc == 0, err[-3000:]
+        w0, w1 = _weights(tmp_path)
+        assert w0["finite"] and w1["finite"] and w0["sum"] == w1["sum"]
+        for name in ("run.json", "run.rank1.json"):
+            assert [r["step"] for r in json.loads((tmp_path / name).read_text())["recoveries"]] == [3]
+    else:  # an unsafe op has no blind fix: recover stops like raise, on both ranks, in time
+        assert rc != 0 and err.count("first non-finite value was made in the forward pass at step 3 on rank 1") == 1
+        assert "found on rank 1; rank 0 received it" in err, err[-3000:]
+
+
+def test_a_nan_made_in_one_ranks_backward_is_found_there_under_fsdp2(tmp_path: Path, spawn: Spawn) -> None:
+    """The gradient reduce-scatter spreads rank 1's NaN gradient to rank 0's shard: both ranks
+    fail the check, both replay on their own, and only rank 1's replay names the op."""
+    rc, err = _one_rank(spawn, tmp_path, "fsdp2", "sqrt", "raise")
+    assert rc != 0 and "found on rank 1; rank 0 received it" in err, err[-3000:]
+    for name in ("run.json", "run.rank1.json"):
+        (event,) = json.loads((tmp_path / name).read_text())["events"]
+        assert (event["step"], event["rank"], event["phase"], event["op"], event["grad_fn"]) == (
+            3, 1, "backward", "aten.div.Tensor", "SqrtBackward0"), event

@@ -586,3 +586,36 @@ def test_torchscript_compiles_a_wrapped_functional_loss_while_attached() -> None
         scripted = torch.jit.script(nn.MSELoss())
         value = scripted(torch.ones(3), torch.zeros(3))
     assert float(value) == 1.0
+
+
+class _Flaky(nn.Module):
+    """A layer whose third call returns one NaN: a transient fault, not a property of its inputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 1)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        y = self.fc(x)
+        if self.calls == 3:
+            y = y.clone()
+            y[0, 0] = float("nan")
+        return y
+
+
+def test_a_step_that_is_finite_when_re_run_is_said_not_to_reproduce() -> None:
+    torch.manual_seed(0)
+    model = _Flaky()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        for _ in range(5):
+            opt.zero_grad()
+            F.mse_loss(model(torch.randn(16, 8)), torch.zeros(16, 1)).backward()
+            opt.step()
+    f = info.value.finding
+    assert f.step == 2 and f.detected_by == "watch" and model.calls > 3  # re-run after the failure
+    assert f.details["reproduced"] is False
+    assert f.details["note"].startswith("did not reproduce: the step re-run on the same batch and the same "
+                                        "weights gave a finite loss ("), f.details["note"]

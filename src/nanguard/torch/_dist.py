@@ -74,7 +74,9 @@ def share(
     payload = (finding.to_dict(), diag.to_dict()) if finding is not None and diag is not None else None
     gathered: list[tuple[dict[str, Any], dict[str, Any]] | None] = [None] * d.get_world_size()
     d.all_gather_object(gathered, payload)
-    order = sorted(bad_ranks) or list(range(len(gathered)))
+    # a rank whose own values were finite (they came to it through the gradient reduction) last
+    order = sorted(sorted(bad_ranks) or range(len(gathered)),
+                   key=lambda r: bool((g := gathered[r]) is not None and g[0].get("details", {}).get("received")))
     located = [
         r for r in order
         if (g := gathered[r]) is not None and g[0].get("detected_by") in ("replay", "trace")
@@ -87,6 +89,7 @@ def share(
             f.rank = r
             if r != d.get_rank():
                 f.details["seen_on_rank"] = r
-                f.details["note"] = f"rank {r} saw this; rank {d.get_rank()} skipped the step with it"
+                f.details["note"] = (f"found on rank {r}; rank {d.get_rank()} received it, and every rank "
+                                     "takes the same decision")
             return f, Diagnosis.from_dict(dd)
     raise RuntimeError("nanguard: ranks disagree on a non-finite step but none sent a finding")

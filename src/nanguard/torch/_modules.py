@@ -19,7 +19,7 @@ from torch.nn.modules import module as _module
 
 from ..core.patches import PatchSet
 
-__all__ = ["ModuleStack", "module_names", "param_names"]
+__all__ = ["ModuleStack", "class_name", "module_names", "param_names"]
 
 log = logging.getLogger("nanguard")
 
@@ -45,6 +45,17 @@ def _call_kwargs(mod: nn.Module) -> dict[str, Any]:
             return dict(kw)
         f = f.f_back
     return {}
+
+
+def class_name(mod: object) -> str:
+    """The name of ``mod``'s class as the user wrote it: FSDP2's ``fully_shard`` swaps a module's
+    class for ``FSDP<Name>(FSDPModule, <Name>)``."""
+    cls = type(mod)
+    if cls.__name__.startswith("FSDP") and any(b.__name__ == "FSDPModule" for b in cls.__bases__):
+        user = [b for b in cls.__bases__ if b.__name__ != "FSDPModule"]
+        if user:
+            return user[0].__name__
+    return cls.__name__
 
 
 def unwrap(m: nn.Module) -> nn.Module:
@@ -180,7 +191,7 @@ class ModuleStack:
         """(path, class name) of the innermost running module; ``(None, None)`` outside modules."""
         if not self.stack:
             return None, None
-        return self.path_of(self.stack[-1]), type(self.stack[-1]).__name__
+        return self.path_of(self.stack[-1]), class_name(self.stack[-1])
 
     def path_of(self, mod: nn.Module) -> str:
         """Path of ``mod`` relative to the model (``encoder.layers.3.fc1``; ``""`` for the model).
@@ -201,8 +212,8 @@ class ModuleStack:
                 continue
             parent = names.get(id(anc))
             if parent is not None:
-                return f"{parent}.<{type(mod).__name__}>" if parent else f"<{type(mod).__name__}>"
-        return f"<{type(mod).__name__}>"
+                return f"{parent}.<{class_name(mod)}>" if parent else f"<{class_name(mod)}>"
+        return f"<{class_name(mod)}>"
 
     # --- top-level calls only (``install(roots_only=True)``) -----------------------------------
     def root_enter(self, mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

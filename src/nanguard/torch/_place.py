@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..core.source import user_frame
-from ._modules import ModuleStack, param_names, storage_key
+from ._modules import ModuleStack, class_name, param_names, storage_key
 from ._options import LocateOptions
 from ._provenance import IdMap
 from ._stats import checkable, iter_tensors
@@ -216,7 +216,7 @@ class Place(TorchDispatchMode):
                 continue
             if loc is None:
                 loc = user_frame(3, self.opts.frame_stop) or self._call_source
-            md[META_KEY] = (self.modules.path_of(mod), type(mod).__name__, loc)
+            md[META_KEY] = (self.modules.path_of(mod), class_name(mod), loc)
 
     def _flush_pending(self) -> None:
         if not self._pending:

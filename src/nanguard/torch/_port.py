@@ -26,8 +26,9 @@ from ..core.ops import ADAPTIVE_OPTIMIZERS
 from ..core.trials import Fix, Trial, combine_ranks
 from . import _dist
 from ._backend import Actuator
+from ._collectives import LocalShards, fsdp_modules
 from ._datascale import collect, measure
-from ._recorder import Event
+from ._recorder import Event, RootCall
 from ._script_names import script_names
 from ._watched import HYPER, WatchSet, opt_params, plain
 from .watch import NormCheck
@@ -99,6 +100,7 @@ class TorchPort:
         self.guard, self.actuator, self.replayer = guard, guard.actuator, guard.replayer
         self.params, self.opt, self.chk = params, opt, check
         self.step, self.sinks, self.events = step, sinks, events
+        self.shards = LocalShards([])
 
     @property
     def eps(self) -> float | None:
@@ -125,10 +127,23 @@ class TorchPort:
         agreed, bad, mean = _dist.agree(ok, self.params, loss)
         if mean is not None:
             st.ranks_loss = mean  # the history's loss: the same on every rank
+        if not agreed:  # every rank is here: FSDP2's modules gathered for a replay on one rank
+            self.shards = LocalShards(fsdp_modules(self._roots()))
+            self.shards.gather()
         return agreed, bad
 
+    def _roots(self) -> list[torch.nn.Module | None]:
+        events = self.events if self.events is not None else self.replayer.recorder.events
+        return [self.replayer.model, *(ev.module for ev in events if isinstance(ev, RootCall))]
+
     def locate(self) -> Finding:
-        return self.replayer.locate(self.chk, self.params, self.step, self.sinks, self.events)
+        try:
+            finding = self.replayer.locate(self.chk, self.params, self.step, self.sinks, self.events)
+        finally:
+            self.shards.release()
+        if self.shards.skipped:
+            finding.details.setdefault("note", f"not replayed: {self.shards.skipped}")
+        return finding
 
     def history(self) -> History:
         h = self.guard.history
@@ -143,6 +158,7 @@ class TorchPort:
 
     def share(self, finding: Finding | None, diag: Diagnosis | None,
               bad_ranks: list[int]) -> tuple[Finding, Diagnosis]:
+        self.shards.release()  # a rank that did not replay
         if _dist.active():
             return _dist.share(finding, diag, bad_ranks)
         assert finding is not None and diag is not None

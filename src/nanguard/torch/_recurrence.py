@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_leaves
 
 from ..core.hazards import MAX
 from ..core.source import user_frame
-from ._modules import ModuleStack
+from ._modules import ModuleStack, class_name
 
 __all__ = ["MIN_CALLS", "Gain", "RecurrenceProbe"]
 
@@ -133,7 +133,7 @@ class RecurrenceProbe:
         self._next[(mid, prev)] = n
         if mid not in self._where:
             loc = user_frame(3)
-            self._where[mid] = (self.modules.path_of(mod), type(mod).__name__, loc.short if loc else None,
+            self._where[mid] = (self.modules.path_of(mod), class_name(mod), loc.short if loc else None,
                                 loc.code if loc else None)
         for node in self._outs.get((mid, prev), ()):
             if node not in self._hooked:

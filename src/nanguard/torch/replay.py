@@ -32,6 +32,7 @@ from ..core.errors import internal_error
 from ..core.finding import Finding
 from ..core.source import user_frame
 from . import _autograd, _dist
+from ._collectives import CollectiveInReplay, NoCollectives
 from ._mode import LocatorMode
 from ._modules import ModuleStack, storage_key, unwrap
 from ._options import LocateOptions
@@ -90,6 +91,8 @@ class _Values:
         self.grads: dict[int, torch.Tensor] = {}  # id(real p.grad) -> replayed gradient
         self.grad_ids: dict[int, str] = {}  # id of a replayed gradient (or its base) -> weight name
         self._keep: list[torch.Tensor] = []
+        #: the sum of each replayed backward's roots (the step's loss, re-run)
+        self.losses: list[float] = []
 
     def resolve(self, obj: Any, clone_ext: bool = False) -> Any:
         if isinstance(obj, Ref):
@@ -138,7 +141,8 @@ def replay(
     norm that ``clip_grad_norm_`` returned), with a description for the finding.
     The second value holds side evidence for the diagnosis: ``activation_scale`` (max |x| at the
     output of each module, in call order), ``complete`` (whether every event could be re-run) and
-    ``error`` (the words for an error the replay itself met: :func:`~nanguard.core.errors.internal_error`).
+    ``error`` (the words for an error the replay itself met: :func:`~nanguard.core.errors.internal_error`),
+    ``collective`` (the collective it stopped before: :class:`NoCollectives`) and ``replayed_loss``.
     """
     roots = [ev.module for ev in events if isinstance(ev, RootCall)]
     if model is not None:
@@ -164,45 +168,56 @@ def replay(
             scale.append((stack.path_of(mod), v))
 
     stack.on_exit = on_exit
-    complete = True
-    error: str | None = None
-    produced: set[int] = set()
-    grad_fn = _autograd.original_grad()
     stack.install()
     try:
         gens = list({id(ev.generator[0]): ev.generator[0] for ev in events
                      if isinstance(ev, TapeOp) and ev.generator is not None}.values())
-        with _preserved(roots, gens), loc:
-            for i, ev in enumerate(events):
-                try:
-                    if isinstance(ev, TapeOp):
-                        _run_op(ev, i, values, loc, produced)
-                    elif isinstance(ev, RootCall):
-                        _run_root(ev, i, values, loc, produced)
-                    elif isinstance(ev, Backward):
-                        _run_backward(ev, values, loc, grad_fn)
-                except KeyError:
-                    complete = False  # made by an event dropped from a long tape
-                    continue
-                except Exception as exc:
-                    # an op raised again (multinomial on NaN probabilities): the locator has
-                    # recorded whether a non-finite input was why; nothing after it can run
-                    complete = bool(loc.findings)
-                    if not complete:  # raised for another reason: the replay failed
-                        error = internal_error("the replay of this step", exc)
-                    break
-                _check_sinks(sinks, i, values, loc)
-                if loc.findings:
-                    break
+        with _preserved(roots, gens), loc, NoCollectives():
+            extra = _run_events(events, values, loc, sinks)
     finally:
         stack.remove()
-    extra: dict[str, Any] = {"activation_scale": scale, "complete": complete}
-    if error is not None:
-        extra["error"] = error
+    extra["activation_scale"] = scale
+    if values.losses:
+        extra["replayed_loss"] = math.fsum(values.losses)
     finding = loc.findings[0] if loc.findings else None
     if finding is not None and loc.notes:
         finding.details.setdefault("note", "; ".join(sorted(loc.notes)))
     return finding, extra
+
+
+def _run_events(events: Sequence[Event], values: _Values, loc: LocatorMode,
+                sinks: Sequence[tuple[Ref, str]]) -> dict[str, Any]:
+    """Re-run ``events`` in order until the locator has a finding; what the run met: ``complete``
+    (every event re-run), ``error`` (the replay itself failed), ``collective`` (the op it stopped
+    before)."""
+    extra: dict[str, Any] = {"complete": True}
+    produced: set[int] = set()
+    grad_fn = _autograd.original_grad()
+    for i, ev in enumerate(events):
+        try:
+            if isinstance(ev, TapeOp):
+                _run_op(ev, i, values, loc, produced)
+            elif isinstance(ev, RootCall):
+                _run_root(ev, i, values, loc, produced)
+            elif isinstance(ev, Backward):
+                _run_backward(ev, values, loc, grad_fn)
+        except KeyError:
+            extra["complete"] = False  # made by an event dropped from a long tape
+            continue
+        except CollectiveInReplay as exc:
+            extra["complete"], extra["collective"] = False, exc.op  # on one rank it would wait forever
+            break
+        except Exception as exc:
+            # an op raised again (multinomial on NaN probabilities): the locator has
+            # recorded whether a non-finite input was why; nothing after it can run
+            extra["complete"] = bool(loc.findings)
+            if not loc.findings:  # raised for another reason: the replay failed
+                extra["error"] = internal_error("the replay of this step", exc)
+            break
+        _check_sinks(sinks, i, values, loc)
+        if loc.findings:
+            break
+    return extra
 
 
 def _check_sinks(sinks: Sequence[tuple[Ref, str]], i: int, values: _Values, loc: LocatorMode) -> None:
@@ -278,6 +293,7 @@ def _run_backward(ev: Backward, values: _Values, loc: LocatorMode, grad_fn: Any)
         loc.check_roots(roots)
     if loc.findings:
         return
+    values.losses.extend(float(r.detach().double().sum()) for r in roots if isinstance(r, torch.Tensor))
     pairs = [(r, g) for r, g in zip(roots, grads + [None] * (len(roots) - len(grads)))
              if isinstance(r, torch.Tensor) and r.requires_grad]
     if not pairs:
@@ -346,12 +362,14 @@ class Replayer:
                 finding.details["note"] = (f"{extra['error']} (an error inside nanguard, not in the run); "
                                            "run with nanguard.locate() / --trace for the exact op")
                 finding.details["replay_error"] = extra["error"]
-            elif self.enabled:
+            elif extra.get("collective"):
                 finding.details.setdefault(
                     "note",
-                    "the replay of this step did not reproduce the non-finite value; "
-                    "run with nanguard.locate() / --trace for the exact op",
+                    f"the replay of this step stopped before `{extra['collective']}`, a collective "
+                    "(replayed on one rank, it would wait on the others): the op is not named",
                 )
+            elif self.enabled:
+                self._not_reproduced(finding, chk, extra)
         scale = extra.get("activation_scale") or []
         if scale:
             finding.details.setdefault("activation_scale", scale[:32])
@@ -361,6 +379,30 @@ class Replayer:
         if _dist.active():
             finding.rank = _dist.rank()
         return finding
+
+    @staticmethod
+    def _not_reproduced(finding: Finding, chk: NormCheck, extra: dict[str, Any]) -> None:
+        """The replay met no non-finite value. Said apart: a replay that could not re-run the whole
+        step; under torch.distributed, a rank whose own loss and gradients were finite (its
+        non-finite gradients came from another rank through the gradient reduction); else a step
+        that, re-run whole on the same batch and weights, was finite (nondeterminism or a fault)."""
+        loss = extra.get("replayed_loss")
+        whole = extra.get("complete", False) and isinstance(loss, float) and math.isfinite(loss)
+        if not whole:
+            note = ("the replay of this step did not reproduce the non-finite value (it could not re-run "
+                    "the whole step); run with nanguard.locate() / --trace for the exact op")
+        elif _dist.active() and all(math.isfinite(v) for v in chk.losses):
+            finding.details["received"] = True
+            note = (f"this rank's loss was finite and its own gradients, re-run, were finite too (loss "
+                    f"{loss:.6g}): its non-finite gradients came from another rank through the gradient "
+                    "reduction")
+        else:
+            finding.details["reproduced"] = False
+            note = (f"did not reproduce: the step re-run on the same batch and the same weights gave a "
+                    f"finite loss ({loss:.6g}) and finite gradients, where the step itself had non-finite "
+                    "values: a nondeterministic op (a GPU's atomic adds, an unseeded sampler) or a "
+                    "hardware fault, not an op the replay can name; run with --trace to catch it live")
+        finding.details.setdefault("note", note)
 
     def _mark_unrecorded(self, finding: Finding) -> None:
         """A non-finite input in a step where the recorder stood aside for ``no_grad`` forwards

@@ -1,0 +1,72 @@
+"""A replay never issues a collective: on one rank it would wait on ranks that are not replaying.
+
+In process, a gloo group of one: a model whose forward all-reduces (as a tensor-parallel layer
+does) meets log(0) after it. The replay stops before the all-reduce and says so; the finding is
+the watch's, with the op left unnamed rather than a job left hanging."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+import nanguard
+from nanguard import NonFiniteError
+from nanguard.torch._collectives import CollectiveInReplay, NoCollectives, fsdp_modules
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[None]:
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+class Reduced(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        dist.all_reduce(h)  # a tensor-parallel layer's sum of partial outputs
+        return h * torch.log(scale)
+
+
+def test_the_mode_stops_a_collective_before_it_runs(group: None) -> None:
+    t = torch.ones(3)
+    with pytest.raises(CollectiveInReplay) as info, NoCollectives():
+        dist.all_reduce(t)
+    assert info.value.op.startswith("c10d.allreduce")
+    with NoCollectives():
+        assert float((t * 2).sum()) == 6.0  # everything else runs
+
+
+@pytest.mark.filterwarnings("ignore:c10d::allreduce_")  # torch's own: all_reduce has no autograd kernel
+def test_a_replay_that_meets_a_collective_stops_and_says_so(group: None) -> None:
+    torch.manual_seed(0)
+    model = Reduced()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        for step in range(4):
+            x, scale = torch.randn(8, 4), torch.rand(8, 1) + 1.0
+            if step == 2:
+                scale[3, 0] = 0.0
+            opt.zero_grad()
+            F.mse_loss(model(x, scale), torch.zeros(8, 1)).backward()
+            opt.step()
+    f = info.value.finding
+    assert f.step == 2 and f.detected_by != "replay"
+    assert "stopped before `c10d.allreduce_.default`, a collective" in f.details["note"], f.details
+
+
+def test_fsdp_modules_are_listed_once_in_order() -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    assert fsdp_modules([model, None, model]) == []  # no FSDP2 module: nothing gathered
