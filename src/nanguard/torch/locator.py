@@ -24,6 +24,7 @@ deliberate constants (``masked_fill(mask, -inf)``, ``log`` of a 0/1 mask) that r
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -42,6 +43,15 @@ from ._options import LocateOptions
 __all__ = ["LocateOptions", "Locator", "graph_leaves", "locate"]
 
 skip_dir(torch.__path__[0])
+# the training loops that wrap a script's own (their batch moves, their backward() and step calls):
+# the user's line is the one that called them; model code (transformers) stays where the op is
+for _loop in ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric"):
+    try:
+        _spec = importlib.util.find_spec(_loop)  # found, not imported
+    except (ImportError, ValueError):
+        _spec = None
+    if _spec is not None and _spec.submodule_search_locations:
+        skip_dir(next(iter(_spec.submodule_search_locations)))
 
 
 class Locator:
