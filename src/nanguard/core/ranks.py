@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from .runlog import RunLog
 
-__all__ = ["merge_ranks", "rank_from_env", "rank_path", "rank_prefix", "say"]
+__all__ = ["group_rank", "merge_ranks", "rank_from_env", "rank_path", "rank_prefix", "say"]
 
 
 def rank_from_env(env: dict[str, str] | None = None) -> tuple[int, int] | None:
@@ -23,10 +23,24 @@ def rank_from_env(env: dict[str, str] | None = None) -> tuple[int, int] | None:
     return (rank, world) if world > 1 and 0 <= rank < world else None
 
 
+def group_rank() -> tuple[int, int] | None:
+    """``(rank, world_size)`` of a process group a framework started without torchrun's variables
+    (Lightning's own launcher removes ``WORLD_SIZE``): read from ``torch.distributed`` when the
+    script has loaded it — never imported here."""
+    d = sys.modules.get("torch.distributed")
+    try:
+        if d is not None and d.is_available() and d.is_initialized() and d.get_world_size() > 1:
+            return int(d.get_rank()), int(d.get_world_size())
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+    return None
+
+
 def rank_prefix(env: dict[str, str] | None = None) -> str:
-    """``"[rank r] "`` under ``torchrun`` with more than one rank, else ``""``: what every line a
-    rank prints on its own begins with, so that the ranks' lines can be told apart."""
-    ranked = rank_from_env(env)
+    """``"[rank r] "`` under ``torchrun`` (or another launcher's process group) with more than one
+    rank, else ``""``: what every line a rank prints on its own begins with, so that the ranks'
+    lines can be told apart."""
+    ranked = rank_from_env(env) or (group_rank() if env is None else None)
     return f"[rank {ranked[0]}] " if ranked is not None else ""
 
 
