@@ -29,3 +29,15 @@ timeout 150 "$PYTHON" benchmarks/gpu_watch_sync.py --device cuda || true
 
 # the overhead table on CUDA
 timeout 300 "$PYTHON" benchmarks/overhead.py --device cuda --repeats 5 --no-memory
+
+# two ranks on NCCL (FSDP2; rank 1 alone makes log(0) at step 3): one finding credited to rank 1
+# on both ranks, the same step skipped, one model — where the machine has 2 GPUs
+if [ "$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
+    RANKS_DIR="$(mktemp -d)"
+    ( cd "$RANKS_DIR" && timeout 240 "$PYTHON" -m torch.distributed.run --nproc_per_node 2 \
+        -m nanguard run --policy skip --json ranks.json "$OLDPWD/benchmarks/gpu_ranks.py" >/dev/null 2>ranks.err \
+      && "$PYTHON" "$OLDPWD/benchmarks/gpu_ranks.py" --table ranks.json ) \
+      || { echo "gpu_ranks: failed"; tail -20 "$RANKS_DIR/ranks.err"; }
+else
+    echo "# 2 ranks on NCCL: skipped (this machine has fewer than 2 GPUs)"
+fi

@@ -96,3 +96,24 @@ def test_advice_benchmark_applies_a_learning_rate_fix_through_the_scripts_own_fl
     assert r.returncode == 0, r.stderr[-3000:]
     assert "| `r01_sgd_mlp_regression_lr_5` | learning-rate-too-high |" in r.stdout, r.stdout
     assert "first fixes applied from the command line: 1/1" in r.stdout
+
+
+def test_the_two_rank_check_of_gpu_check_runs_on_gloo(spawn: Spawn, tmp_path: Path) -> None:
+    """``benchmarks/gpu_ranks.py`` (NCCL where there are 2 GPUs) on the CPU: rank 1's log(0) is
+    credited to rank 1 on both ranks, the step skipped on both, one model."""
+    pytest.importorskip("torch.distributed.fsdp")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NANGUARD_")} | {"OMP_NUM_THREADS": "1"}
+    script = str(ROOT / "benchmarks" / "gpu_ranks.py")
+    r = spawn.python("-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port,
+                     "-m", "nanguard", "run", "--policy", "skip", "--json", "ranks.json", script,
+                     cwd=tmp_path, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    t = spawn.python(script, "--table", "ranks.json", cwd=tmp_path, timeout=60, env=env)
+    rows = [line for line in t.stdout.splitlines() if line.startswith("| 0 ") or line.startswith("| 1 ")]
+    assert len(rows) == 2 and all("| gloo | cpu | (3, aten.log.default, rank 1) |" in row for row in rows), t.stdout
+    assert rows[0].split("|")[-2] == rows[1].split("|")[-2]  # the same weight sum: one model
