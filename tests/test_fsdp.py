@@ -153,6 +153,11 @@ def test_fsdp2_recovers_with_one_back_off_on_every_rank(tmp_path: Path, spawn: S
     # the loss did not go down", which a trial whose update changed nothing used to claim
     assert r0 == r1 and len(r0) == 1 and r0[0][1] == "rollback" and r0[0][3] is None, (r0, r1)
     assert "applied untried (the step could not be re-run)" in err
+    # the gradient norms the decision read are the global ones on both ranks, also where they
+    # grew past float32's squares (1e21: each rank read its own shard's norm before)
+    h0, h1 = (json.loads((tmp_path / n).read_text())["history"] for n in ("run.json", "run.rank1.json"))
+    norms = [[h["grad_norm"] for h in h if isinstance(h["grad_norm"], float)] for h in (h0, h1)]
+    assert max(norms[0]) > 1e19 and norms[0] == pytest.approx(norms[1], rel=1e-6)
 
 
 def test_ddp_recovers_with_the_same_verified_fix_and_equal_replicas(tmp_path: Path, spawn: Spawn) -> None:

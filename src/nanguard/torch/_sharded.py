@@ -12,11 +12,16 @@ tensor, which the check makes anyway).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 __all__ = ["Shards", "is_dtensor", "local"]
+
+
+#: the backends whose all-reduce takes float64
+_FLOAT64_BACKENDS = frozenset({"gloo", "nccl", "mpi"})
 
 
 def is_dtensor(t: object) -> bool:
@@ -54,13 +59,42 @@ class Shards:
 
     def reduce(self, norms: list[torch.Tensor]) -> None:
         """Turn each sharded position's local norm into the global one (in place), summing the
-        squares in float32 (float64 would not reduce on every backend) across its groups."""
+        squares across its groups: in float64 where the backend reduces it (gloo, NCCL, MPI) — a
+        diverging run's gradient norm of 1e21 squares past float32's range, and its ranks then
+        each read their own shard's norm — else in float32."""
         import torch.distributed as dist
 
+        wide = dist.get_backend() in _FLOAT64_BACKENDS
         for groups, pos in self.positions.items():
-            sq = torch.stack([norms[i].float() for i in pos]).square()
+            sq = torch.stack([norms[i].double() if wide else norms[i].float() for i in pos]).square()
             for g in groups:
                 dist.all_reduce(sq, group=g)
             roots = sq.sqrt()
             for k, i in enumerate(pos):
                 norms[i] = roots[k].to(norms[i].dtype)
+
+    def exact(self, per: list[float], ts: list[torch.Tensor]) -> list[int]:
+        """After :meth:`reduce`: a sharded position whose global norm came out non-finite (the
+        same positions on every rank: the norm is agreed) is read again exactly — each rank's
+        local squares in float64, summed across the mesh — so that a finite gradient whose norm
+        overflowed float32 gets its true global size on every rank (not each rank its own
+        shard's). Returns the positions read again; ``per`` is updated in place."""
+        import torch.distributed as dist
+
+        wide = dist.get_backend() in _FLOAT64_BACKENDS
+        done: list[int] = []
+        for groups, pos in self.positions.items():
+            again = [i for i in pos if not math.isfinite(per[i])]
+            if not again:
+                continue
+            sq = torch.stack([torch.linalg.vector_norm(ts[i].detach(), dtype=torch.float64).square()
+                              for i in again])
+            if not wide:
+                sq = sq.float()
+            for g in groups:
+                dist.all_reduce(sq, group=g)
+            for i, v in zip(again, sq.sqrt().tolist()):
+                per[i] = v
+            done.extend(again)
+        return done
+
