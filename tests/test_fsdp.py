@@ -221,11 +221,11 @@ dist.destroy_process_group()
 """
 
 
-def _one_rank(spawn: Spawn, tmp_path: Path, mode: str, kind: str, policy: str) -> tuple[int, str]:
+def _one_rank(spawn: Spawn, tmp_path: Path, mode: str, kind: str, policy: str, *flags: str) -> tuple[int, str]:
     script = tmp_path / "train.py"
     script.write_text(_ONE_RANK)
     proc = spawn.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                      "--master_port", str(_port()), "-m", "nanguard", "run", "--policy", policy,
+                      "--master_port", str(_port()), "-m", "nanguard", "run", *flags, "--policy", policy,
                       "--json", str(tmp_path / "run.json"), str(script)],
                      cwd=tmp_path, timeout=300, env={**_env(), "MODE": mode, "KIND": kind})
     return proc.returncode, proc.stderr
@@ -265,3 +265,19 @@ def test_a_nan_made_in_one_ranks_backward_is_found_there_under_fsdp2(tmp_path: P
         (event,) = json.loads((tmp_path / name).read_text())["events"]
         assert (event["step"], event["rank"], event["phase"], event["op"], event["grad_fn"]) == (
             3, 1, "backward", "aten.div.Tensor", "SqrtBackward0"), event
+
+
+@pytest.mark.parametrize("mode,kind,op", [("fsdp2", "log", "aten.log.default"), ("ddp", "sqrt", "aten.div.Tensor")])
+def test_trace_under_torchrun_waits_for_the_step_check_of_every_rank(
+        tmp_path: Path, spawn: Spawn, mode: str, kind: str, op: str) -> None:
+    """``--trace`` raised at the op on the rank that made it, alone: torchrun then killed the other
+    rank, which printed no finding (without torchrun it waited in a collective). Under a process
+    group the tracer records, and the step's check, agreed by every rank, acts on its finding; a
+    value the gradient all-reduce brought to rank 0 (met untracked by its tracer) is not rank 0's."""
+    rc, err = _one_rank(spawn, tmp_path, mode, kind, "raise", "--trace")
+    assert rc != 0 and "found on rank 1; rank 0 received it" in err, err[-3000:]
+    for name in ("run.json", "run.rank1.json"):
+        log = json.loads((tmp_path / name).read_text())
+        assert log["status"] == "nonfinite" and log["exit_code"] == 3
+        (event,) = log["events"]
+        assert (event["step"], event["rank"], event["op"], event["detected_by"]) == (3, 1, op, "trace"), event

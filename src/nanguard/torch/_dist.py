@@ -74,12 +74,16 @@ def share(
     payload = (finding.to_dict(), diag.to_dict()) if finding is not None and diag is not None else None
     gathered: list[tuple[dict[str, Any], dict[str, Any]] | None] = [None] * d.get_world_size()
     d.all_gather_object(gathered, payload)
-    # a rank whose own values were finite (they came to it through the gradient reduction) last
-    order = sorted(sorted(bad_ranks) or range(len(gathered)),
-                   key=lambda r: bool((g := gathered[r]) is not None and g[0].get("details", {}).get("received")))
+    # a rank whose own values were finite (they came to it through the gradient reduction) last,
+    # even after a failing rank whose replay or tracer did not name the op
+    def received(r: int) -> bool:
+        g = gathered[r]
+        return bool(g is not None and g[0].get("details", {}).get("received"))
+
+    order = sorted(sorted(bad_ranks) or range(len(gathered)), key=received)
     located = [
         r for r in order
-        if (g := gathered[r]) is not None and g[0].get("detected_by") in ("replay", "trace")
+        if (g := gathered[r]) is not None and g[0].get("detected_by") in ("replay", "trace") and not received(r)
     ]
     for r in located + order:
         item = gathered[r]
@@ -87,6 +91,11 @@ def share(
             fd, dd = item
             f = Finding.from_dict(fd)
             f.rank = r
+            if not located and len(bad_ranks) > 1:
+                f.rank = None  # several ranks failed and none named the op: not known which made it
+                f.details["note"] = (f"ranks {', '.join(map(str, sorted(bad_ranks)))} all had non-finite values "
+                                     "and none named the op that made them: which rank made them is not known")
+                return f, Diagnosis.from_dict(dd)
             if r != d.get_rank():
                 f.details["seen_on_rank"] = r
                 f.details["note"] = (f"found on rank {r}; rank {d.get_rank()} received it, and every rank "

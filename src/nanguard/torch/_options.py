@@ -65,6 +65,10 @@ class LocateOptions:
     #: the run of a source line an origin was made in, asked when it is made (``nanguard run``
     #: before any step: "the 110th run of line 11"); ``None``: not asked
     run_of: Callable[[str | None], str | None] | None = None
+    #: under torch.distributed, a finding is recorded instead of raised and acted on at the
+    #: step's check, where every rank agrees (``--trace`` under torchrun: a rank that raised
+    #: alone would leave the others waiting in a collective)
+    defer_across_ranks: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in _VALID.items():

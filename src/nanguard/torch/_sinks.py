@@ -28,6 +28,7 @@ import torch
 from ..core.errors import NonFiniteError
 from ..core.finding import Finding
 from ..core.source import user_frame
+from . import _dist
 from ._modules import storage_key
 from ._origins import Origins
 from ._provenance import Origin
@@ -64,7 +65,7 @@ class Sinks(Origins):
         if any(x is f for x in self.findings):
             return
         self.findings.append(f)
-        if self.opts.on_sink == "raise":
+        if self.opts.on_sink == "raise" and not (self.opts.defer_across_ranks and _dist.active()):
             raise NonFiniteError(f)
 
     def reach(self, origin: Origin, what: str, **details: Any) -> None:

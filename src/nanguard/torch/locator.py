@@ -95,6 +95,25 @@ class Locator:
         """Do values an op made non-finite from finite inputs lie unused now?"""
         return bool(self._mode.prov.open)
 
+    def judge_open(self, when: str) -> None:
+        """Report now the values an op made non-finite from finite inputs that have reached no
+        sink yet (``--trace`` under torchrun, at a step's check that every rank agreed failed:
+        FSDP2's gradient reduce-scatter moves them out of the tracer's sight first)."""
+        self._mode.flush()
+        self._mode.settle(when)
+
+    def reach_gradients(self, grads: Sequence[torch.Tensor]) -> None:
+        """The step's gradients as the check read them (FSDP2's: the local shards its
+        reduce-scatter wrote, which no backward of the tracer's sees as a graph leaf's): a
+        non-finite one whose values a traced op made reaches the gradients now."""
+        mode = self._mode
+        with mode.own_ops():
+            for g in grads:
+                origin = mode.origin_of(g)
+                if origin is not None and not bool(torch.isfinite(g).all()):
+                    mode.reach(origin, "gradients")
+                    return
+
     def __enter__(self) -> Locator:
         mode, stack = self._mode, self._stack
         self._saved_hooks = (stack.on_enter, stack.on_exit)

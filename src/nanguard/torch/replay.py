@@ -49,10 +49,11 @@ from ._recorder import (
     carried_inputs,
     mutated_args,
 )
+from ._sharded import local
 from ._stats import checkable, finding_for
 from ._update_replay import UpdateReplay
 from ._watched import WatchSet
-from .locator import graph_leaves
+from .locator import Locator, graph_leaves
 from .watch import NormCheck
 
 __all__ = ["Replayer", "module_of", "replay"]
@@ -339,6 +340,9 @@ class Replayer:
         self.enabled = enabled
         #: the copy kept before a healthy update, to replay it if it made the weights non-finite
         self.updates = UpdateReplay()
+        #: the tracer that recorded its findings instead of raising (``--trace`` under torchrun):
+        #: the step's check takes the first of its step, every rank having agreed on the failure
+        self.live: Locator | None = None
 
     def locate(self, chk: NormCheck, params: Sequence[torch.Tensor], step: int, sinks: Sequence[Any],
                events: Sequence[Event] | None = None) -> Finding:
@@ -354,6 +358,8 @@ class Replayer:
                                         sinks=sinks)
             except Exception as exc:  # a bug of ours: said as such, never as a fact about the run
                 extra = {"error": internal_error("the replay of this step", exc)}
+        if finding is None and self.live is not None:
+            finding = self._live(step, chk, params)
         if finding is None and self.recorder.graph_finding is not None:
             finding = self.recorder.graph_finding  # the tape was not whole: what the graph showed
         if finding is None:
@@ -379,6 +385,32 @@ class Replayer:
         if _dist.active():
             finding.rank = _dist.rank()
         return finding
+
+    def _live(self, step: int, chk: NormCheck, params: Sequence[torch.Tensor]) -> Finding | None:
+        """The tracer's first finding of ``step`` (taken: the list is emptied). A value a collective
+        wrote was received from another rank (said so: a rank that made one is preferred); on a
+        rank whose own loss was finite, a value met untracked (the gradient reduction runs out of
+        the tracer's sight) is no finding of this rank's: the watch's is used."""
+        assert self.live is not None
+        found = self.live.findings
+        if not any(f.step in (step, None) for f in found):
+            self.live.reach_gradients([local(p.grad) for p in params if p.grad is not None])
+        if not any(f.step in (step, None) for f in found):
+            self.live.judge_open("at the step's check, which found non-finite values")
+        mine = [f for f in found if f.step in (step, None)]
+        found.clear()
+        if not mine:
+            return None
+        f = mine[0]
+        collective = (f.op or "").split(".")[0] in ("c10d", "_c10d_functional", "c10d_functional")
+        untracked = f.op is None or f.phase == "data" or "constant" in f.details
+        if untracked and all(math.isfinite(v) for v in chk.losses):
+            return None  # met untracked (the reduction ran out of the tracer's sight): the watch's
+        if collective:
+            f.details["received"] = True
+            f.details["note"] = (f"`{f.op}` wrote it: a collective, which brought another rank's non-finite "
+                                 "values to this one")
+        return f
 
     @staticmethod
     def _not_reproduced(finding: Finding, chk: NormCheck, extra: dict[str, Any]) -> None:

@@ -88,9 +88,10 @@ class TorchSession(GuardSession):
             self._script_end = ScriptEnd(self._script_ended, sys.argv[0] if sys.argv else None)
         calls = self.calls
         loc = Locator(None, modules=g.modules, on_open=self._unused_changed,
-                      options=LocateOptions(on_sink="raise", detected_by="trace",
+                      options=LocateOptions(on_sink="raise", detected_by="trace", defer_across_ranks=True,
                                             run_of=calls.describe if calls is not None else None))
         self._locator = loc
+        g.replayer.live = loc  # under torchrun: what the tracer recorded, for the step's check
         loc.__enter__()
 
     def _stop_tracing(self) -> None:
