@@ -147,6 +147,11 @@ def original_grad() -> Callable[..., Any]:
     return _orig.get("grad", torch.autograd.grad)
 
 
+def original_backward() -> Callable[..., Any]:
+    """``torch.autograd.backward`` without nanguard's wrapper (a trial's backward on FSDP2)."""
+    return _orig.get("backward", torch.autograd.backward)
+
+
 _StepHook = Callable[[torch.optim.Optimizer, tuple[Any, ...], dict[str, Any]], Any]
 
 

@@ -6,7 +6,9 @@ loss computation, with the RNG states they ran with) are re-run plainly — no l
 the loss and the gradients on that batch; the fix is applied (learning-rate factor, clipping,
 ``eps``) and the real optimizer takes the update, :data:`~nanguard.core.trials.TRIAL_STEPS`
 times. The guard's own hooks stand aside while it runs (``Actuator.trialing``); the run is left
-at the snapshot, with the step's gradients as they were.
+at the snapshot, with the step's gradients as they were. Under torch.distributed every rank runs
+every trial; on FSDP2 (collectives in every forward and backward) each turn of a trial's loop is
+agreed across the ranks, so that all take the same number of turns.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import torch
 
 from ..core.errors import internal_error
 from ..core.trials import TRIAL_STEPS, Fix, Trial
-from . import _autograd
+from . import _autograd, _dist
 from ._recorder import Backward, Event, RootCall, TapeOp
+from ._sharded import is_dtensor, local
 from .replay import _run_op, _run_root, _Values
 
 __all__ = ["run_trials"]
@@ -42,12 +45,15 @@ class _Plain:
 
 def step_loss(events: Sequence[Event], params: Sequence[torch.Tensor]) -> tuple[float, list[torch.Tensor | None]]:
     """Re-run ``events`` (up to the step's last backward) on the weights as they are now: the
-    step's loss (the sum of its backward roots) and the gradients of ``params``."""
+    step's loss (the sum of its backward roots) and the gradients of ``params``. FSDP2's
+    sharded weights are reached by no ``autograd.grad`` of the re-run (their gradients come from
+    its own reduce-scatter hooks): the re-run's backward is then a real one, on every rank at
+    once, and the gradients are those its hooks write (averaged across the ranks)."""
     last = max((i for i, ev in enumerate(events) if isinstance(ev, Backward)), default=-1)
     if last < 0:
         raise LookupError("the step has no recorded backward")
     values, produced, loc = _Values(), set[int](), _Plain()
-    grad_fn = _autograd.original_grad()
+    sharded = any(is_dtensor(p) for p in params)
     total: list[torch.Tensor | None] = [None] * len(params)
     loss = 0.0
     for i, ev in enumerate(events[: last + 1]):
@@ -60,17 +66,44 @@ def step_loss(events: Sequence[Event], params: Sequence[torch.Tensor]) -> tuple[
             if not roots:
                 continue
             loss += math.fsum(float(r.detach().double().sum()) for r in roots)
-            want = [p for p in params if p.requires_grad]
-            gs = grad_fn(roots, want, [torch.ones_like(r) for r in roots], allow_unused=True)
-            it = iter(gs)
-            for j, p in enumerate(params):
-                if not p.requires_grad:
-                    continue
-                g = next(it)
+            gs = _sharded_grads(roots, params) if sharded else _grads(roots, params)
+            for j, g in enumerate(gs):
                 if g is not None:
                     prev = total[j]
                     total[j] = g if prev is None else prev + g
     return loss, total
+
+
+def _grads(roots: list[torch.Tensor], params: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+    want = [p for p in params if p.requires_grad]
+    it = iter(_autograd.original_grad()(roots, want, [torch.ones_like(r) for r in roots], allow_unused=True))
+    return [next(it) if p.requires_grad else None for p in params]
+
+
+def _sharded_grads(roots: list[torch.Tensor], params: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+    saved = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    try:
+        _autograd.original_backward()(roots, [torch.ones_like(r) for r in roots])
+        return [p.grad for p in params]
+    finally:
+        for p, g in zip(params, saved):
+            p.grad = g
+
+
+def _all_finite(flags: list[bool], sharded: bool) -> list[bool]:
+    """``flags`` as every rank agrees on them (each true only where it is on every rank): under
+    FSDP2 each rank's loop must take the same turns, every turn runs collectives."""
+    if not (sharded and _dist.active()):
+        return flags
+    import torch.distributed as dist
+
+    t = torch.tensor([1.0 if f else 0.0 for f in flags])
+    if dist.get_backend() == "nccl":
+        t = t.to(torch.device("cuda", torch.cuda.current_device()))
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return [bool(v > 0) for v in t.tolist()]
 
 
 @contextlib.contextmanager
@@ -123,17 +156,19 @@ def _one(events: Sequence[Event], params: list[torch.Tensor], opt: torch.optim.O
     restore()
     losses: list[float] = []
     clips = [c for c in (fix.clip_norm, *clips) if c is not None]
+    sharded = any(is_dtensor(p) for p in params)
     for k in range(TRIAL_STEPS + 1):
         loss, grads = step_loss(events, params)
         if all(g is None for g in grads):
-            # the weights are reached by another path than this re-run's autograd (FSDP2's
-            # sharded parameters get their gradients from its own reduce-scatter hooks): an
-            # update would change nothing, and "the loss did not go down" would be a false claim
+            # the weights are reached by another path than this re-run's autograd: an update
+            # would change nothing, and "the loss did not go down" would be a false claim
             raise LookupError("no gradient of the re-run reached the optimizer's weights")
         losses.append(loss)
-        if k == TRIAL_STEPS or not math.isfinite(loss):
+        loss_ok, grads_ok = _all_finite(
+            [math.isfinite(loss), all(g is None or bool(torch.isfinite(local(g)).all()) for g in grads)], sharded)
+        if k == TRIAL_STEPS or not loss_ok:
             break
-        if any(g is not None and not bool(torch.isfinite(g).all()) for g in grads):
+        if not grads_ok:
             return tuple(losses), False
         for p, g in zip(params, grads):
             p.grad = g
