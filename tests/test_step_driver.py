@@ -227,3 +227,20 @@ def test_the_replayer_alone_names_the_op_of_a_recorded_step() -> None:
     chk, _ = check([p.grad for p in params], [loss.detach()], [])
     f = replayer.locate(chk, params, step=0, sinks=[])
     assert (f.op, f.phase, f.module, f.detected_by) == ("aten.log.default", "forward", "", "replay")  # in the model itself
+
+
+def test_the_weights_are_counted_again_once_the_optimizer_is_known() -> None:
+    """Counted at the first backward from the graph leaves (none left where FSDP2 freed them),
+    the count stayed 0 for the run, and Adam's update was sized as SGD's (lr·|g|: "1e+05× the
+    weights" at lr 3, where each update moved them about 1×)."""
+    import torch
+
+    from nanguard.torch._modules import ModuleStack
+    from nanguard.torch._watched import WatchSet
+
+    model = torch.nn.Linear(4, 3)
+    watch = WatchSet(model, ModuleStack(model))
+    watch.leaves = []  # the leaves of the first backward, freed
+    assert watch.num_params() == 0
+    watch.primary = torch.optim.Adam(model.parameters())
+    assert watch.num_params() == 15

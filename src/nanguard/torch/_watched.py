@@ -152,7 +152,8 @@ class WatchSet:
         self._names: dict[int, str] = {}
         self._names_key: tuple[Any, ...] | None = None
         self._names_for: tuple[int, list[int], list[str]] | None = None
-        self._n_params: int | None = None
+        #: the weights' count and the primary optimizer it was counted for (``None``: the graph leaves)
+        self._n_params: tuple[int | None, int] | None = None
         self._opt_names: dict[int, str] = {}
         #: every optimizer that stepped under the guard, in the order first seen (a GAN's two,
         #: an actor-critic's two): a snapshot holds them all
@@ -243,9 +244,13 @@ class WatchSet:
         return out
 
     def num_params(self) -> int:
-        if self._n_params is None:
-            self._n_params = sum(p.numel() for p in self.params())
-        return self._n_params
+        """How many weights an update writes: counted again once the primary optimizer is known
+        (counted before it, from the graph leaves, it stayed 0 where FSDP2 frees them after backward,
+        and Adam's update was then sized as SGD's: ``lr·|g|``, 1e5× the weights)."""
+        key = id(self.primary) if self.primary is not None else None
+        if self._n_params is None or self._n_params[0] != key:
+            self._n_params = (key, sum(p.numel() for p in self.params()))
+        return self._n_params[1]
 
     def optimizer_name(self, opt: torch.optim.Optimizer) -> str:
         """``Adam[0]``, ``Adam[1]``: an optimizer's class and the order it first stepped in (a
