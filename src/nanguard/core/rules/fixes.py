@@ -114,12 +114,22 @@ def lr_fixes(case: Case) -> list[str]:
         fixes[0] = say.lr.hand_update_fix.format(**_hand_factor(case))
         fixes = [f.replace("before optimizer.step()", "before your update") for f in fixes
                  if "lr_scheduler" not in f]  # no optimizer for a scheduler to drive
-    flag = lr_flag(user, ctx.argv, top if book is not say.lr.lr_fixes else None)
+    flag = lr_flag(user, ctx.argv, _schedule_top(case))
     if flag is not None:
         # the script's own knob: the optimizer line it would replace (or the schedule that
         # overwrites it at every step) is fed by the flag
         fixes[0] = _flag_fix(case, flag, kw["lr"], low)
     return _tried_first(case, _no_repeat(case, fixes))
+
+
+def _schedule_top(case: Case) -> float | None:
+    """The peak learning rate of a schedule that rewrites the optimizer's (a scheduler, or the
+    script's own ``param_group["lr"] = ...``): what a learning-rate flag scales; ``None``
+    without one."""
+    trend = case.trend
+    if not (trend.schedule_varied or case.ctx.scheduler):
+        return None
+    return max([*trend.lrs, case.ctx.lr or 0.0])
 
 
 def _flag_fix(case: Case, flag: Flag, lr_text: str, low: float | None) -> str:
@@ -197,9 +207,7 @@ def explode_fixes(case: Case) -> list[str]:
     if at is not None:
         # a learning rate from the command line is changed there (a schedule that rewrites
         # param_group["lr"] every step would overwrite a new optimizer line)
-        trend = case.trend
-        top = max([*trend.lrs, case.ctx.lr or 0.0]) if trend.schedule_varied or case.ctx.scheduler else None
-        flag = lr_flag(case.ctx.user_lr, case.ctx.argv, top)
+        flag = lr_flag(case.ctx.user_lr, case.ctx.argv, _schedule_top(case))
         i = next((i for i, f in enumerate(fixes) if "lr=" in f or "learning_rate=" in f), None)
         if flag is not None and i is not None:
             fixes[i] = _flag_fix(case, flag, kw["lr"], low)
