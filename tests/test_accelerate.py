@@ -32,15 +32,19 @@ if os.environ.get("BAD"):
 loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
 model, opt, loader = acc.prepare(model, opt, loader)
 for epoch in range(2):
-    for xb, yb in loader:
+    for i, (xb, yb) in enumerate(loader):
         with acc.accumulate(model):
-            loss = F.mse_loss(model(xb), yb)
+            scale = torch.full_like(yb, 1.5)
+            if os.environ.get("LOGZERO") and acc.process_index == 1 and (epoch, i) == (1, 2):
+                scale[3, 0] = 0.0  # log(0) on rank 1 alone
+            loss = F.mse_loss(model(xb) * torch.log(scale), yb)
             acc.backward(loss)
             if acc.sync_gradients:
                 acc.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad()
-    acc.print("epoch", epoch, "loss", round(loss.item(), 6))
+        losses = acc.gather(loss.detach()[None])  # every rank's loss for the log: the script's own collective
+    acc.print("epoch", epoch, "loss", round(loss.item(), 6), "ranks", losses.tolist())
 total = sum(p.detach().double().sum().item() for p in model.parameters())
 finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
 with open(f"weights.rank{acc.process_index}.json", "w") as fh:
@@ -49,11 +53,12 @@ acc.end_training()
 """
 
 
-def _launch(spawn: Spawn, tmp_path: Path, *nanguard: str, bad: bool = False) -> tuple[int, str, str]:
+def _launch(spawn: Spawn, tmp_path: Path, *nanguard: str, bad: bool = False,
+            log_zero: bool = False) -> tuple[int, str, str]:
     (tmp_path / "train.py").write_text(_SCRIPT)
     head = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_port())]
     cmd = [*head, "-m", "nanguard", "run", *nanguard, "train.py"] if nanguard else [*head, "train.py"]
-    env = {**_env(), **({"BAD": "1"} if bad else {})}
+    env = {**_env(), **({"BAD": "1"} if bad else {}), **({"LOGZERO": "1"} if log_zero else {})}
     proc = spawn.run(cmd, cwd=tmp_path, timeout=300, env=env)
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -88,3 +93,21 @@ def test_a_nan_sample_in_one_ranks_shard_is_found_and_skipped_on_every_rank(
         assert (e["phase"], e["cause"], e["source"]) == ("data", "nonfinite-input", "train.py:16"), e
     # row 37 sits in one rank's shard (accelerate splits each batch of 16 rows between the ranks)
     assert len({e["rank"] for e in events[0]}) == 1 and len(events[0]) == 2
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip"])
+def test_a_log_of_zero_on_one_rank_is_named_past_the_scripts_own_gather(
+        tmp_path: Path, spawn: Spawn, policy: str) -> None:
+    """The script gathers every rank's loss for its log (``accelerator.gather``): that collective
+    is in the step's tape. A replay or a trial that ran it again on one rank paired it with
+    another rank's unrelated collective (gloo aborted the job: 'collective mismatch'); it is now
+    never run again, and the replay, which does not need it, names the op on rank 1."""
+    rc, _, err = _launch(spawn, tmp_path, "--policy", policy, "--json", "run.json", log_zero=True)
+    assert (rc == 0) == (policy == "skip"), err[-3000:]
+    for name in ("run.json", "run.rank1.json"):
+        (event,) = json.loads((tmp_path / name).read_text())["events"]
+        assert (event["rank"], event["phase"], event["op"], event["cause"]) == (
+            1, "forward", "aten.log.default", "unsafe-op"), event
+    if policy == "skip":
+        w0, w1 = _weights(tmp_path)
+        assert w0["finite"] and w1["finite"] and w0["sum"] == w1["sum"]

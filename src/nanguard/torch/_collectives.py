@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["CollectiveInReplay", "LocalShards", "NoCollectives", "fsdp_modules"]
+__all__ = ["CollectiveInReplay", "LocalShards", "NoCollectives", "fsdp_modules", "is_collective"]
 
 _COLLECTIVE_NAMESPACES = frozenset({"c10d", "_c10d_functional", "c10d_functional"})
 
@@ -43,11 +43,19 @@ class CollectiveInReplay(RuntimeError):
         self.op = op
 
 
+def is_collective(func: Any) -> bool:
+    """Is ``func`` (a recorded op) a collective? One the script ran itself outside any module (an
+    ``accelerator.gather`` of the loss for its log) is never run again by a replay or a trial:
+    the ranks re-run their steps apart, and a rank that ran it again would pair it with another
+    rank's unrelated collective."""
+    return getattr(func, "namespace", "") in _COLLECTIVE_NAMESPACES
+
+
 class NoCollectives(TorchDispatchMode):
     """Under the replay: raises :class:`CollectiveInReplay` before a collective op runs."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if getattr(func, "namespace", "") in _COLLECTIVE_NAMESPACES:
+        if is_collective(func):
             raise CollectiveInReplay(str(func))
         return func(*args, **(kwargs or {}))
 

@@ -24,6 +24,7 @@ import torch
 from ..core.errors import internal_error
 from ..core.trials import TRIAL_STEPS, Fix, Trial
 from . import _autograd, _dist
+from ._collectives import CollectiveInReplay
 from ._recorder import Backward, Event, RootCall, TapeOp
 from ._sharded import is_dtensor, local
 from .replay import _run_op, _run_root, _Values
@@ -196,7 +197,8 @@ def run_trials(events: Sequence[Event], params: Sequence[torch.Tensor], opt: tor
         for fix in fixes:
             try:
                 losses, grads_ok = _one(events, ps, opt, fix, restore, lr_scale, clips)
-            except LookupError:  # made by an event dropped from a long tape: not re-runnable
+            except (LookupError, CollectiveInReplay):  # an event dropped from a long tape, or a
+                # collective of the script's own (every rank meets it at the same event): not re-runnable
                 log.debug("nanguard: the step cannot be re-run for a trial", exc_info=True)
                 return None
             except Exception as exc:  # the fix is then judged by the outcome

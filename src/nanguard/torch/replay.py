@@ -32,7 +32,7 @@ from ..core.errors import internal_error
 from ..core.finding import Finding
 from ..core.source import user_frame
 from . import _autograd, _dist
-from ._collectives import CollectiveInReplay, NoCollectives
+from ._collectives import CollectiveInReplay, NoCollectives, is_collective
 from ._mode import LocatorMode
 from ._modules import ModuleStack, storage_key, unwrap
 from ._options import LocateOptions
@@ -94,6 +94,20 @@ class _Values:
         self._keep: list[torch.Tensor] = []
         #: the sum of each replayed backward's roots (the step's loss, re-run)
         self.losses: list[float] = []
+        #: storage -> the collective of the script's own that read or wrote it (not re-run)
+        self.tainted: dict[int, str] = {}
+
+    def tainted_by(self, *objs: Any) -> str | None:
+        """The collective (not re-run) that read or wrote what an event is about to read, if any:
+        its result is not here. An op outside any module that reads it (the script's log of the
+        gathered losses) is skipped, its outputs left unmade; a model call that reads it stops
+        the replay."""
+        if self.tainted:
+            for t in _flat(list(objs)):
+                op = self.tainted.get(storage_key(t))
+                if op is not None:
+                    return op
+        return None
 
     def resolve(self, obj: Any, clone_ext: bool = False) -> Any:
         if isinstance(obj, Ref):
@@ -233,6 +247,12 @@ def _check_sinks(sinks: Sequence[tuple[Ref, str]], i: int, values: _Values, loc:
 
 
 def _run_op(ev: TapeOp, i: int, values: _Values, loc: LocatorMode, produced: set[int]) -> None:
+    if is_collective(ev.func):
+        # the script's own, outside any module (a gather of the loss for its log): never run
+        # again — what it read and wrote is marked, and an event that reads it stops the replay
+        for t in _flat([values.resolve(ev.args), values.resolve(ev.kwargs)]):
+            values.tainted[storage_key(t)] = str(ev.func)
+        return
     if ev.prelude is not None:
         # the last step's hand-written update: already in the weights this step used
         for j, t in enumerate(ev.prelude):
@@ -241,6 +261,8 @@ def _run_op(ev: TapeOp, i: int, values: _Values, loc: LocatorMode, produced: set
     mutated_ext = bool(mutated_args(ev.func, ev.args, ev.kwargs))
     args = values.resolve(ev.args, clone_ext=mutated_ext)
     kwargs = values.resolve(ev.kwargs, clone_ext=mutated_ext)
+    if values.tainted_by(args, kwargs):
+        return  # reads a collective's result (a log of the gathered losses): not re-run
     mut = mutated_args(ev.func, args, kwargs)
     if mutated_ext:
         produced.update(storage_key(t) for t in _flat([args, kwargs]))  # the fresh copies
@@ -270,6 +292,9 @@ def _run_op(ev: TapeOp, i: int, values: _Values, loc: LocatorMode, produced: set
 def _run_root(ev: RootCall, i: int, values: _Values, loc: LocatorMode, produced: set[int]) -> None:
     args = values.resolve(ev.args)
     kwargs = values.resolve(ev.kwargs)
+    op = values.tainted_by(args, kwargs)
+    if op is not None:
+        raise CollectiveInReplay(op)  # the model reads a collective's result: cannot re-run it
     ev.rng.restore()
     # torch.compile'd: the replay runs the same module eagerly; DistributedDataParallel: the
     # module itself, with no gradient all-reduce (the other ranks are not in the replay)
