@@ -70,3 +70,25 @@ def test_a_replay_that_meets_a_collective_stops_and_says_so(group: None) -> None
 def test_fsdp_modules_are_listed_once_in_order() -> None:
     model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
     assert fsdp_modules([model, None, model]) == []  # no FSDP2 module: nothing gathered
+
+
+@pytest.mark.filterwarnings("ignore:c10d::allreduce_")
+def test_weights_the_script_wrote_non_finite_between_steps_are_named_with_its_line(group: None) -> None:
+    """A tensor-parallel forward (an all-reduce the replay may not run) on a weight the script
+    set to inf between steps: the finding is the weight and the script's line — it was blamed on
+    the previous update (``SGD.step`` at step 1), which had left the weights finite."""
+    torch.manual_seed(0)
+    model = Reduced()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        for step in range(4):
+            x, scale = torch.randn(8, 4), torch.rand(8, 1) + 1.0
+            if step == 2:
+                with torch.no_grad():
+                    model.fc.weight[0, 1] = float("inf")  # a corrupted slice
+            opt.zero_grad()
+            F.mse_loss(model(x, scale), torch.zeros(8, 1)).backward()
+            opt.step()
+    f = info.value.finding
+    assert (f.step, f.details.get("origin"), f.details.get("parameters")) == (2, "parameter", ["fc.weight"]), f
+    assert f.details["note"].startswith("the script wrote into these weights at tests/test_collectives.py:"), f

@@ -81,9 +81,11 @@ def share(
         return bool(g is not None and g[0].get("details", {}).get("received"))
 
     order = sorted(sorted(bad_ranks) or range(len(gathered)), key=received)
+    # a rank whose replay or tracer named the op, or whose own weights were found non-finite
     located = [
         r for r in order
-        if (g := gathered[r]) is not None and g[0].get("detected_by") in ("replay", "trace") and not received(r)
+        if (g := gathered[r]) is not None and not received(r)
+        and (g[0].get("detected_by") in ("replay", "trace") or g[0].get("details", {}).get("origin") == "parameter")
     ]
     for r in located + order:
         item = gathered[r]
@@ -98,7 +100,8 @@ def share(
                 return f, Diagnosis.from_dict(dd)
             if r != d.get_rank():
                 f.details["seen_on_rank"] = r
+                said = f.details.get("note")
                 f.details["note"] = (f"found on rank {r}; rank {d.get_rank()} received it, and every rank "
-                                     "takes the same decision")
+                                     "takes the same decision" + (f" — {said}" if said else ""))
             return f, Diagnosis.from_dict(dd)
     raise RuntimeError("nanguard: ranks disagree on a non-finite step but none sent a finding")

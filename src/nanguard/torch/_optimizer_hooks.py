@@ -227,7 +227,13 @@ class OptimizerHooks:
                 g.controller.early.observe(g.history)  # the weight rules, a step sooner
         if pchk.finite or self.prior is not None:
             return
-        if ws.updated:
+        wrote = g.replayer.script_write(pchk, g.watch.weights(opt)[0]) if ws.updated else None
+        if wrote is not None:  # not the update's doing: the script wrote into them since
+            f = g.replayer.parameter_finding(
+                pchk, wnames, g.driver.step,
+                note=f"the script wrote into these weights at {wrote} after the last update (step "
+                     f"{ws.last_update_step}): they were non-finite when this step began")
+        elif ws.updated:
             f = g.replayer.optimizer_finding(opt, pchk, ws.last_update_step, wnames, None)
         else:
             f = g.replayer.parameter_finding(pchk, wnames, g.driver.step)

@@ -387,6 +387,8 @@ class Replayer:
             finding = self._live(step, chk, params)
         if finding is None and self.recorder.graph_finding is not None:
             finding = self.recorder.graph_finding  # the tape was not whole: what the graph showed
+        if finding is None and extra.get("collective"):
+            finding = self._weights_came_in(step, extra["collective"])
         if finding is None:
             finding = self.watch_finding(chk, params, step)
             if extra.get("error"):
@@ -542,8 +544,42 @@ class Replayer:
             finding.details["grad_norm"] = gn
         return finding
 
-    def parameter_finding(self, pchk: NormCheck, wnames: Sequence[str], step: int) -> Finding:
-        """Weights non-finite before the first update: they came in that way."""
+    def _weights_came_in(self, step: int, collective: str) -> Finding | None:
+        """The replay stopped before a collective (a tensor-parallel all-reduce in the forward):
+        were the weights this step read already non-finite? (each rank's own shard; read only
+        now, after a failure). A weight the last update left finite and the forward found
+        non-finite was written between the steps — the finding says so rather than blaming an
+        op the replay could not reach."""
+        names = self.watch.param_names()
+        bad = [p for p in self.watch.params() if not bool(torch.isfinite(local(p).detach()).all())]
+        if not bad:
+            return None
+        badn = [names.get(id(p), "?") for p in bad]
+        return finding_for(
+            local(bad[0]).detach(), "forward", "parameter", module=module_of(badn[0]), step=step,
+            reached="parameters", detected_by="watch", rank=_dist.rank() if _dist.active() else None,
+            details={"origin": "parameter", "parameters": badn,
+                     "note": (f"the weights were already non-finite when this step began (the replay stopped "
+                              f"before `{collective}`, a collective, so no op of the step was re-run): "
+                              "written between the steps, or by an update not checked after it")},
+        )
+
+    def script_write(self, pchk: NormCheck, weights: Sequence[torch.Tensor]) -> str | None:
+        """Policy ``raise``, the weights found non-finite at this step's check: did the script
+        itself touch one of them since the last update — an op outside any module, recorded in
+        this step's tape, with the weight among its arguments (``w[0, 1] = inf``, a corrupted
+        slice loaded into it)? Its source line, or ``None``."""
+        keys = {storage_key(weights[i]) for i in pchk.bad if i < len(weights)}
+        for ev in self.recorder.events:
+            if isinstance(ev, TapeOp) and ev.prelude is None and any(
+                    storage_key(t) in keys for t in _flat([ev.args, ev.kwargs])):
+                return ev.source.short if ev.source is not None else "?"
+        return None
+
+    def parameter_finding(self, pchk: NormCheck, wnames: Sequence[str], step: int,
+                          note: str = "found before the first update: the weights came in non-finite") -> Finding:
+        """Weights non-finite before the first update: they came in that way (or, ``note``, the
+        script wrote them between two steps)."""
         primary = self.watch.primary
         weights, _ = self.watch.weights(primary) if primary is not None else ([], [])
         badn = [wnames[i] for i in pchk.bad if i < len(wnames)]
@@ -554,6 +590,5 @@ class Replayer:
         return finding_for(
             first, "forward", "parameter", module=module_of(name0), step=step,
             reached="parameters", detected_by="watch", rank=_dist.rank() if _dist.active() else None,
-            details={"origin": "parameter", "parameters": badn,
-                     "note": "found before the first update: the weights came in non-finite"},
+            details={"origin": "parameter", "parameters": badn, "note": note},
         )
