@@ -18,6 +18,7 @@ from typing import Any
 from ..core import config
 from ..core.diagnosis import diagnose
 from ..core.errors import NonFiniteError
+from ..core.ranks import say
 from ..core.script_end import ScriptEnd
 from ..core.session import GuardSession
 from ._script_calls import FORWARD_ONLY_AFTER, ScriptCalls, ordinal
@@ -126,9 +127,9 @@ class TorchSession(GuardSession):
             self.calls = g.recorder.calls = None
             return
         why = self.calls.why() if self.calls is not None else "many torch calls"
-        print(f"nanguard: {why} and no backward() or optimizer step yet: checking every op from "
-              "here on, as --trace does, until a training step runs (NANGUARD_FORWARD_CHECK=0 "
-              "turns this off)", file=sys.stderr)
+        say(f"nanguard: {why} and no backward() or optimizer step yet: checking every op from "
+            "here on, as --trace does, until a training step runs (NANGUARD_FORWARD_CHECK=0 "
+            "turns this off)")
         self.forward_traced = True
         self._start_tracing(pass_through=True)
 
@@ -137,7 +138,7 @@ class TorchSession(GuardSession):
         self.notes.extend(notes)
         for note in notes:
             if self.say_notes and not note.startswith("verify:"):
-                print(f"nanguard: {note}", file=sys.stderr)
+                say(f"nanguard: {note}")
         if self._script_end is not None:
             self._script_end.disarm()
         self.guard.recorder.tape_off()  # above the tracer when a forward-only check pushed it
