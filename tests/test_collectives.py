@@ -6,7 +6,7 @@ the watch's, with the op left unnamed rather than a job left hanging."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from torch import nn
 
 import nanguard
 from nanguard import NonFiniteError
+from nanguard.core.finding import Finding
 from nanguard.torch._collectives import CollectiveInReplay, NoCollectives, fsdp_modules
 
 
@@ -40,6 +41,22 @@ class Reduced(nn.Module):
         return h * torch.log(scale)
 
 
+def _fails_at_step_2(fault: Callable[[Reduced, torch.Tensor], None]) -> Finding:
+    """Four steps of ``Reduced`` under ``attach``, ``fault(model, scale)`` before step 2's forward."""
+    torch.manual_seed(0)
+    model = Reduced()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
+        for step in range(4):
+            x, scale = torch.randn(8, 4), torch.rand(8, 1) + 1.0
+            if step == 2:
+                fault(model, scale)
+            opt.zero_grad()
+            F.mse_loss(model(x, scale), torch.zeros(8, 1)).backward()
+            opt.step()
+    return info.value.finding
+
+
 def test_the_mode_stops_a_collective_before_it_runs(group: None) -> None:
     t = torch.ones(3)
     with pytest.raises(CollectiveInReplay) as info, NoCollectives():
@@ -51,18 +68,10 @@ def test_the_mode_stops_a_collective_before_it_runs(group: None) -> None:
 
 @pytest.mark.filterwarnings("ignore:c10d::allreduce_")  # torch's own: all_reduce has no autograd kernel
 def test_a_replay_that_meets_a_collective_stops_and_says_so(group: None) -> None:
-    torch.manual_seed(0)
-    model = Reduced()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
-        for step in range(4):
-            x, scale = torch.randn(8, 4), torch.rand(8, 1) + 1.0
-            if step == 2:
-                scale[3, 0] = 0.0
-            opt.zero_grad()
-            F.mse_loss(model(x, scale), torch.zeros(8, 1)).backward()
-            opt.step()
-    f = info.value.finding
+    def log_of_zero(_: Reduced, scale: torch.Tensor) -> None:
+        scale[3, 0] = 0.0
+
+    f = _fails_at_step_2(log_of_zero)
     assert f.step == 2 and f.detected_by != "replay"
     assert "stopped before `c10d.allreduce_.default`, a collective" in f.details["note"], f.details
 
@@ -77,18 +86,10 @@ def test_weights_the_script_wrote_non_finite_between_steps_are_named_with_its_li
     """A tensor-parallel forward (an all-reduce the replay may not run) on a weight the script
     set to inf between steps: the finding is the weight and the script's line — it was blamed on
     the previous update (``SGD.step`` at step 1), which had left the weights finite."""
-    torch.manual_seed(0)
-    model = Reduced()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(NonFiniteError) as info, nanguard.attach(model, opt):
-        for step in range(4):
-            x, scale = torch.randn(8, 4), torch.rand(8, 1) + 1.0
-            if step == 2:
-                with torch.no_grad():
-                    model.fc.weight[0, 1] = float("inf")  # a corrupted slice
-            opt.zero_grad()
-            F.mse_loss(model(x, scale), torch.zeros(8, 1)).backward()
-            opt.step()
-    f = info.value.finding
+    def corrupt_slice(model: Reduced, _: torch.Tensor) -> None:
+        with torch.no_grad():
+            model.fc.weight[0, 1] = float("inf")
+
+    f = _fails_at_step_2(corrupt_slice)
     assert (f.step, f.details.get("origin"), f.details.get("parameters")) == (2, "parameter", ["fc.weight"]), f
     assert f.details["note"].startswith("the script wrote into these weights at tests/test_collectives.py:"), f
