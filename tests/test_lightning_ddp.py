@@ -56,6 +56,14 @@ if __name__ == "__main__":
            "findings": [(f.step, f.rank, f.op) for f, _ in cb[0].findings] if cb else []}
     with open(f"out.rank{tr.global_rank}.json", "w") as fh:
         json.dump(out, fh)
+    # torch's own teardown: a process group left to interpreter exit after an exception aborts
+    # a rank now and then ("terminate called without an active exception", with or without
+    # nanguard); ended here, as a script that stops cleanly does
+    import gc, torch.distributed as dist
+    del tr, model
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 """
 
 
