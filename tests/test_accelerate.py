@@ -49,6 +49,13 @@ total = sum(p.detach().double().sum().item() for p in model.parameters())
 finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
 with open(f"weights.rank{acc.process_index}.json", "w") as fh:
     json.dump({"finite": finite, "sum": total}, fh)
+# torch's own teardown: a DDP model still alive when the process group ends (end_training) or at
+# interpreter exit aborts a rank now and then, plain or guarded ("terminate called without an
+# active exception"); freed first, as tests/test_fsdp.py's script does
+import gc
+acc.free_memory()
+del model, opt, loader
+gc.collect()
 acc.end_training()
 """
 
