@@ -174,3 +174,88 @@ def test_a_raise_that_trains_worse_is_undone_with_a_rollback_to_before_it() -> N
     assert change["why"] == ("undone: the loss rose to 1.5, above the 1 it held at before the raise; "
                              "rolled back to step 0")
     assert "rollback" in b.calls[-2:]
+
+
+def test_a_kept_raise_the_run_stops_bearing_later_is_a_relapse_undone_with_a_rollback() -> None:
+    """An actor-critic's critic climbed from 0.4 to 1e17 at a constant back-off, with no NaN,
+    after a raise was kept through its probation: nothing acted, and the back-off was even raised
+    again at loss 1e17. Now the climb is a relapse: the factor is halved, the run goes back to the
+    snapshot before the newest, no state is kept as "last good" while the loss is off its level,
+    and the factor is never raised back to where it relapsed."""
+    c, b, step = _backed_off([2.0] + [1.0] * 19)
+    s = 21
+    while not c.state.lr_changes:
+        step(s, 1.0)
+        s += 1
+    raised = c.state.lr_scale
+    for _ in range(GROW_EVERY):  # the probation: the loss holds, the raise is kept
+        step(s, 1.0)
+        s += 1
+    assert len(c.state.lr_changes) == 1 and c.regrowth.probation is None
+    calls = len(b.calls)
+    for k in range(9):  # climbing: not yet ten steps above the bar
+        step(s, 3.0 * 2 ** k)
+        s += 1
+        assert not c.snapshot_ok() or 3.0 * 2 ** k <= 11.0
+    assert len(c.state.lr_changes) == 1
+    step(s, 1e17)
+    change = c.state.lr_changes[-1]
+    assert change["lr_scale"] == raised / 2 and change["step"] == s
+    assert change["why"] == ("relapsed: the loss's median over the last 10 steps is 72, far above the 1 it "
+                             "held at when the back-off last grew; rolled back to step 0")
+    assert b.calls[calls:] == ["rollback_older", "settings_changed"]
+    for _ in range(8 * GROW_EVERY):  # healthy again for long: raised, but never back to `raised`
+        s += 1
+        step(s, 1.0)
+    assert all(ch["lr_scale"] < raised for ch in c.state.lr_changes[2:]) and c.regrowth.relapses == 1
+
+
+def test_a_loss_that_climbs_but_stays_below_where_the_run_started_is_no_relapse() -> None:
+    """A run that started at 1000 and came down to 1: a climb to 50 after a kept raise is within
+    what the run has been (a rollback would throw away what it learned), so nothing is done."""
+    c, b, step = _backed_off([1000.0] + [1.0] * 19)
+    s = 21
+    calls = len(b.calls)
+    while not c.state.lr_changes:
+        step(s, 1.0)
+        s += 1
+    for _ in range(GROW_EVERY):
+        step(s, 1.0)
+        s += 1
+    for _ in range(20):
+        step(s, 50.0)
+        s += 1
+    assert not any(ch["why"].startswith("relapsed") for ch in c.state.lr_changes)
+    assert "rollback_older" not in b.calls[calls:]
+
+
+def test_the_summary_counts_a_relapse_apart_from_the_raises_undone_on_probation() -> None:
+    from nanguard.core.render import recovery_summary
+
+    rec = [{"step": 8, "cause": "exploding-gradients", "description": "rollback + learning rate ×0.1",
+            "action": "rollback", "lr_scale": 0.1}]
+    changes = [{"step": 60, "lr_scale": 0.2, "was": 0.1, "why": "50 healthy steps since it last changed"},
+               {"step": 160, "lr_scale": 0.1, "was": 0.2, "why": "relapsed: the loss's median ..."}]
+    text = recovery_summary(200, rec, 1, "recover", {"status": "recovered", "lr_scale": 0.1, "lr_changes": changes})
+    assert text is not None
+    assert ("the back-off grew back ×2 1 time after healthy stretches, 0 of the raises undone on probation, "
+            "1 undone later when the loss climbed back (relapsed)") in text
+
+
+def test_a_raise_whose_loss_moved_within_its_noise_is_kept() -> None:
+    """A small regression whose batch losses range over ×3 moves its median by more than 5 %
+    from one window to the next on noise alone: a raise judged on that was undone and rolled
+    back 200 steps. The rise must exceed what the noise can make (a steady loss: 5 %)."""
+    noisy = [0.5, 1.5] * 30
+    g = Regrowth()
+    g.backed_off(0)
+    assert g.step_ended(_history(noisy), 0.25, judging=False) is not None  # raised at step 59
+    later = noisy + [0.62, 1.62] * 25  # the median 1.0 → 1.12: 12 % up, within the noise
+    assert g.step_ended(_history(later), 0.5, judging=False) is None
+    assert g.probation is None and g.damaged is None  # kept
+    g2 = Regrowth()
+    g2.backed_off(0)
+    g2.step_ended(_history(noisy), 0.25, judging=False)
+    worse = noisy + [1.0, 2.6] * 25  # the median 1.0 → 1.8: beyond it
+    change = g2.step_ended(_history(worse), 0.5, judging=False)
+    assert change is not None and change[0] == 0.25 and g2.damaged == "rose"

@@ -186,16 +186,22 @@ class StepController:
             self._scale_seen = scale
             if len(self.history):
                 self.regrowth.backed_off(self.history[-1].step)
-        if self.config.policy != "recover" or (scale >= 1.0 and self.regrowth.probation is None):
+        if self.config.policy != "recover" or (scale >= 1.0 and self.regrowth.probation is None
+                                               and self.regrowth.reference is None):
             return
         change = self.regrowth.step_ended(self._judged(2 * self.regrowth.every + 4 * LEVEL_STEPS), scale,
-                                          self.judge.judging)
+                                          self.judge.judging, self.primary.start(self.history))
         if change is None or self._backend is None:
             return
         new, why = change
         step = self.history[-1].step
         if new > scale:
             self.regrowth.wants_snapshot = True  # the state the raise is tried from
+        elif self.regrowth.damaged == "relapse":
+            # the newest snapshot may hold the start of the climb: the one before it
+            restored = self._backend.rollback(older=True)
+            if restored is not None:
+                why += f"; rolled back to step {restored}"
         elif self.regrowth.damaged in ("nonfinite", "rose") or (
                 self.regrowth.damaged == "jump" and self.primary.above_start(self.history)):
             # the raise diverged the weights: back to the snapshot taken as it began (none
@@ -212,7 +218,10 @@ class StepController:
         """May a snapshot be kept now as "last known good"? (The adapters ask before taking
         one after a healthy step: see :func:`~nanguard.core.outcome.healthy_now`.)"""
         # nor while a raised learning rate is on probation: an undo goes back to before it
-        return self.regrowth.probation is None and healthy_now(self._judged(), self.judge)
+        judged = self._judged()
+        newest = judged[-1].loss if len(judged) else None
+        return (self.regrowth.probation is None and not self.regrowth.off_level(newest)
+                and healthy_now(judged, self.judge))
 
     def run_ended(self, step: int) -> dict[str, Any] | None:
         """The run ended: decide an open episode; the run's outcome (``None``: nothing was

@@ -55,11 +55,14 @@ class PrimarySteps:
         below — a converged classifier's 1e-4 meeting a batch at 3e-3 — does not.)"""
         last = self.of(history, 1)
         loss = last[-1].loss if len(last) else None
-        # where the run started: its first loss seen, or the history's oldest (records the
-        # controller was given at a resume were never fed to it step by step)
+        start = self.start(history)
+        return loss is None or not math.isfinite(loss) or start is None or loss > start
+
+    def start(self, history: History) -> float | None:
+        """Where the run started: its first finite loss seen, or the history's oldest (records
+        the controller was given at a resume were never fed to it step by step)."""
         oldest = next((r for r in history if self.owns(r) and r.finite and r.loss is not None
                        and math.isfinite(r.loss)), None)
-        start = self.first_loss
         if oldest is not None and (self.first_step is None or oldest.step < self.first_step):
-            start = oldest.loss
-        return loss is None or not math.isfinite(loss) or start is None or loss > start
+            return oldest.loss
+        return self.first_loss

@@ -227,9 +227,12 @@ def recovery_summary(
     lines.append("  in all: " + ", ".join(totals))
     if changes:
         raised = sum(1 for c in changes if c.get("lr_scale", 0) > c.get("was", 0))
-        undone = len(changes) - raised
+        relapsed = sum(1 for c in changes if str(c.get("why", "")).startswith("relapsed"))
+        undone = len(changes) - raised - relapsed
+        again = (f", {relapsed} undone later when the loss climbed back (relapsed)" if relapsed else "")
         lines.append(f"  the back-off grew back ×2 {raised} time{'s' if raised != 1 else ''} after healthy "
-                     f"stretches, {undone} of the raises undone on probation (the run log's outcome.lr_changes)")
+                     f"stretches, {undone} of the raises undone on probation{again} (the run log's "
+                     "outcome.lr_changes)")
     lines.extend(trial_lines(recoveries))
     lines.extend(outcome_lines(outcome))
     return "\n".join(lines)
