@@ -23,7 +23,7 @@ def _history(losses: list[float], start: int = 0) -> History:
 
 def _backed_off(losses: list[float]) -> tuple[Any, Any, Any]:
     """A ``recover`` controller over a history of ``losses`` that rolled back at step 20 (a
-    learning-rate cause, a fake backend whose snapshot is step 0), and ``step(s, loss)``: one
+    learning-rate cause, a fake backend whose snapshot is step 19), and ``step(s, loss)``: one
     healthy step ended."""
     from nanguard.core.controller import StepController
     from nanguard.core.diagnosis import Diagnosis
@@ -33,7 +33,7 @@ def _backed_off(losses: list[float]) -> tuple[Any, Any, Any]:
     from test_controller import FakeBackend
 
     c = StepController(RecoveryConfig(policy="recover"), _history(losses))
-    b = FakeBackend(snapshot_step=0)
+    b = FakeBackend(snapshot_step=19)
     c.act(Finding(phase="forward", op="aten.mse_loss.default", step=20),
           Diagnosis(Cause.LEARNING_RATE_TOO_HIGH, 0.9, "lr"), b, step=20)
 
@@ -138,7 +138,7 @@ def test_a_raise_that_diverges_the_weights_is_undone_with_a_rollback_to_before_i
         s += 1
     change = c.state.lr_changes[-1]
     assert change["lr_scale"] == 0.5 and change["why"] == (
-        "undone: the loss jumped to 40, ten times the 2 it kept before; rolled back to step 0")
+        "undone: the loss jumped to 40, ten times the 2 it kept before; rolled back to step 19")
     assert b.calls[calls:] == ["rollback", "settings_changed"]
 
 
@@ -172,7 +172,7 @@ def test_a_raise_that_trains_worse_is_undone_with_a_rollback_to_before_it() -> N
     change = c.state.lr_changes[-1]
     assert change["step"] == raised_at + GROW_EVERY and change["lr_scale"] == 0.5
     assert change["why"] == ("undone: the loss rose to 1.5, above the 1 it held at before the raise; "
-                             "rolled back to step 0")
+                             "rolled back to step 19")
     assert "rollback" in b.calls[-2:]
 
 
@@ -202,7 +202,7 @@ def test_a_kept_raise_the_run_stops_bearing_later_is_a_relapse_undone_with_a_rol
     change = c.state.lr_changes[-1]
     assert change["lr_scale"] == raised / 2 and change["step"] == s
     assert change["why"] == ("relapsed: the loss's median over the last 10 steps is 72, far above the 1 it "
-                             "held at when the back-off last grew; rolled back to step 0")
+                             "held at when the back-off last grew; rolled back to step 19")
     assert b.calls[calls:] == ["rollback_older", "settings_changed"]
     for _ in range(8 * GROW_EVERY):  # healthy again for long: raised, but never back to `raised`
         s += 1

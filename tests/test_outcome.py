@@ -58,7 +58,7 @@ def test_level_is_the_lower_quartile_and_the_ceiling_twice_it() -> None:
 
 def test_recovered_when_the_loss_is_back_at_the_end_of_the_window() -> None:
     c = _ctl()
-    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(snapshot_step=19), step=20)
     for s in range(21, 20 + c.judge.window):
         _step(c, s, 1.5)
     assert c.judge.current is not None and c.judge.current.status == "judging"  # decided at the end
@@ -101,7 +101,7 @@ def test_a_run_that_leaves_its_level_after_recovering_is_not_recovered_at_the_en
     """Recovered at the end of the window, then the loss swings back far above the level (a
     back-off that was not enough): the run's end holds it to its verdict."""
     c = _ctl()
-    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(snapshot_step=19), step=20)
     for s in range(21, 21 + c.judge.window):
         _step(c, s, 1.2)
     assert c.judge.current is not None and c.judge.current.status == "recovered"
@@ -121,7 +121,7 @@ def test_a_run_that_leaves_its_level_after_recovering_is_not_recovered_at_the_en
 def test_a_verdict_too_recent_for_the_run_end_to_overturn_stays() -> None:
     """The last healthy losses must all be after the verdict to overturn it."""
     c = _ctl()
-    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=20)
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(snapshot_step=19), step=20)
     for s in range(21, 21 + c.judge.window):
         _step(c, s, 1.2)
     for s in range(71, 80):
@@ -178,7 +178,7 @@ def test_with_two_optimizers_the_recovery_is_judged_on_the_primarys_loss() -> No
     for r in h:
         c.history.append(r)
         c.step_ended()
-    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(), step=40)
+    c.act(_finding(), _diag(Cause.LEARNING_RATE_TOO_HIGH), FakeBackend(snapshot_step=39), step=40)
     for s in range(41, 41 + 2 * c.judge.window):
         name, loss = ("Adam[0]", 1.3) if s % 2 == 0 else ("Adam[1]", -3e9)
         c.history.append(StepRecord(step=s, loss=loss, grad_norm=1.0, param_norm=10.0, lr=1e-3, optimizer=name))
@@ -370,3 +370,20 @@ def test_a_rollback_after_a_few_steps_must_still_get_below_its_start() -> None:
     for r in _noisy(50, start=8):
         judge.observe(r)
     assert judge.current is not None and judge.current.status == "not-recovered"
+
+
+def test_after_a_rollback_the_level_is_the_one_before_the_divergence_not_the_divergence() -> None:
+    """A BatchNorm classifier's loss climbed for 50 finite steps before its first NaN; the run
+    rolled back to a snapshot from before the climb. The level it must come back to is the
+    loss before the climb (1.0), not the lower quartile of the climb itself."""
+    h = History()
+    for s in range(20):
+        h.append(StepRecord(step=s, loss=1.0, grad_norm=1.0, param_norm=10.0, lr=0.1, update_norm=0.01))
+    for s in range(20, 45):
+        h.append(StepRecord(step=s, loss=10.0 ** (s - 18), grad_norm=1.0, param_norm=10.0, lr=0.1,
+                            update_norm=0.01))
+    c = StepController(RecoveryConfig(policy="recover"), h)
+    c.act(Finding(phase="forward", op="aten.native_batch_norm.default", step=45),
+          Diagnosis(Cause.LEARNING_RATE_TOO_HIGH, 0.9, "lr"), FakeBackend(snapshot_step=19), step=45)
+    cur = c.judge.current
+    assert cur is not None and cur.level.loss == 1.0 and cur.ceiling == 2.0

@@ -227,6 +227,14 @@ class History:
         out._records = deque(r for r in self._records if r.optimizer in (None, optimizer))
         return out
 
+    @classmethod
+    def of_records(cls, records: list[StepRecord]) -> History:
+        """A history of these records, oldest first (shared, not copied: nothing of theirs
+        is trimmed)."""
+        out = cls()
+        out._records = deque(records)
+        return out
+
     def tail_of(self, optimizer: str, n: int) -> History:
         """The newest ``n`` steps of one optimizer (records with no ``optimizer`` count as its),
         oldest first: what a recovery of a run with several optimizers is judged on — the
