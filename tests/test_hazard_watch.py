@@ -109,8 +109,8 @@ def test_only_the_sampled_steps_are_looked_at() -> None:
         _, _, g9 = _train(_bce_stable, steps=9)
     finally:
         HazardMode.__torch_dispatch__ = orig  # type: ignore[method-assign]
-    assert n3 > 0 and len(calls) == 2 * n3  # steps 3..8 added nothing
-    assert not g9.hazards.looking and g9.hazards.done
+    assert n3 > 0 and len(calls) == 2 * n3  # steps 3..8 added nothing (the next look: step 25)
+    assert not g9.hazards.looking and not g9.hazards.done
     from torch.utils._python_dispatch import _get_current_dispatch_mode
     assert _get_current_dispatch_mode() is None
 
@@ -150,7 +150,57 @@ def test_an_evaluation_loop_between_steps_pauses_the_sampled_look() -> None:
     assert modes[0] is None and isinstance(modes[1], HazardMode)  # the first eval forward is seen
     assert modes[2:6] == [None] * 4  # the rest of the loop is not
     assert isinstance(modes[6], HazardMode) and isinstance(modes[7], HazardMode)  # steps 1 and 2
-    assert modes[8] is None and guard.hazards.done and not guard.hazards.paused
+    assert modes[8] is None and not guard.hazards.looking and not guard.hazards.paused
     (w,) = guard.controller.early.warnings
     assert (w.kind, w.step) == ("latent-hazard", SAMPLED_STEPS[-1])
     assert _get_current_dispatch_mode() is None
+
+
+def test_a_margin_walked_toward_zero_over_the_run_is_warned_with_the_step_it_gets_there(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scale computed from a learned value (not a raw parameter under the op) walked down by
+    constant gradient steps: nothing at steps 1–2 says so (its margin is 2.0 there), the later
+    samples do — a straight line that reaches 0 at step 125, where sqrt makes the NaN. (The
+    looks every 25 steps: this one-scalar step is so cheap that a traced one costs many, and
+    the time budget would space them further.)"""
+    import nanguard.torch._hazard_watch as hw
+
+    monkeypatch.setattr(hw, "BUDGET", 1e6)
+    a = nn.Parameter(torch.tensor(1.0))
+    opt = torch.optim.SGD([a], lr=0.004)
+
+    def loss() -> torch.Tensor:
+        d = a * 2.0
+        return d + 0.0 * torch.sqrt(d)  # the gradient of d is 2: a falls by 0.008 a step
+
+    err, nan_step = io.StringIO(), None
+    guard = nanguard.attach(None, opt)
+    try:
+        with redirect_stderr(err):
+            for _ in range(200):
+                opt.zero_grad()
+                loss().backward()
+                opt.step()
+    except nanguard.NonFiniteError as e:
+        nan_step = e.finding.step
+    finally:
+        guard.detach()
+    warnings = guard.controller.early.warnings
+    assert nan_step == 125, err.getvalue()
+    w = next(w for w in warnings if w.kind == "margin-shrinking")
+    assert w.step == 77 and w.projected_step == 125  # looked at steps 1, 2, 27, 52, 77
+    assert "`sqrt`" in w.message and "on a straight line (R² 1.00); at this rate it reaches 0 at step ~125" in w.message
+    assert f"nanguard: warning at step 77 (margin-shrinking): {w.message}" in err.getvalue()
+
+
+def test_the_later_looks_are_spaced_by_what_a_sampled_step_costs() -> None:
+    from nanguard.torch._hazard_watch import BUDGET, LATE_EVERY, LATE_MAX, _StepClock
+
+    c = _StepClock()
+    assert c.every() == LATE_EVERY  # nothing measured yet
+    c._plain, c._sampled = 1e-3, 4e-3  # a traced step costs 3 plain ones more
+    assert c.every() == round(3.0 / BUDGET)  # 3 extra steps within 2 % of the run: every 150
+    c._sampled = 1.1e-3  # large ops: the trace adds 10 %
+    assert c.every() == LATE_EVERY
+    c._sampled = 1.0  # a thousand times: capped, the margins still read now and then
+    assert c.every() == LATE_MAX

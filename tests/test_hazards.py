@@ -4,6 +4,7 @@ pattern, before they make a NaN — and nothing risky on code written the safe w
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from torch import nn
 
 import nanguard
 from _spawn import Spawn
-from nanguard.core.hazards import Hazard, HazardBook, assess
+from nanguard.core.hazards import Hazard, HazardBook, assess, trend_warning
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -323,3 +324,42 @@ def test_an_exp_past_overflow_is_said_so_and_warns_no_more() -> None:
                          dtype="float32", margins={1: 40.0, 2: 5.0}))
     w = early_warning(near, step=2, steps=2)
     assert w is not None and "can make a NaN it has not made yet" in w.message
+
+
+def _sampled(kind: str, margins: dict[int, float], op: str = "log", guarded: bool = False,
+             dtype: str = "float32") -> Hazard:
+    h = Hazard(op, kind, "train.py:30", "y = torch.log(x)", None, dtype, guarded=guarded)
+    h.margins = dict(margins)
+    return h
+
+
+_SAMPLES = (1, 2, 25, 50, 75)
+
+
+def test_a_straight_walk_to_zero_over_the_sampled_steps_is_a_trend_warning() -> None:
+    w = trend_warning(_sampled("zero", {s: 1.0 - s / 100 for s in _SAMPLES}), 75)
+    assert w is not None and w.kind == "margin-shrinking" and w.projected_step == 100
+    assert w.message == ("`log` at train.py:30: its smallest input fell 0.98 → 0.25 over steps 2–75, on a "
+                         "straight line (R² 1.00); at this rate it reaches 0 at step ~100")
+
+
+def test_a_saturating_curve_a_rise_noise_a_far_edge_or_a_floor_is_no_trend_warning() -> None:
+    saturating = {s: 0.2 + 0.8 * math.exp(-s / 20) for s in _SAMPLES}  # levels off at 0.2
+    assert trend_warning(_sampled("zero", saturating), 75) is None
+    noisy = dict(zip(_SAMPLES, (1.0, 0.9, 0.95, 0.5, 0.6)))
+    assert trend_warning(_sampled("zero", noisy), 75) is None
+    far = {s: 1.0 - s / 1000 for s in _SAMPLES}  # reaches 0 at step 1000: too far to say yet
+    assert trend_warning(_sampled("zero", far), 75) is None
+    assert trend_warning(_sampled("zero", {s: 1.0 - s / 100 for s in _SAMPLES}, guarded=True), 75) is None
+    at_zero = {**{s: 1.0 - s / 100 for s in _SAMPLES[:-1]}, 75: 0.0}  # it fired: a finding, not a warning
+    assert trend_warning(_sampled("zero", at_zero), 75) is None
+
+
+def test_a_float16_result_doubling_toward_its_largest_value_is_a_geometric_trend() -> None:
+    room = {s: 2.0 ** (8 - s / 25) for s in _SAMPLES}  # ×2 less room every 25 steps: 1 at step 200
+    w = trend_warning(_sampled("headroom", room, op="float16", dtype="float16"), 75)
+    assert w is None  # 125 steps ahead: beyond the horizon
+    room = {s: 2.0 ** (5 - s / 25) for s in _SAMPLES}  # reaches 1 (the largest value) at step 125
+    w = trend_warning(_sampled("headroom", room, op="float16", dtype="float16"), 75)
+    assert w is not None and w.projected_step == 125 and "on a geometric line" in w.message
+    assert "its room below float16's largest value fell" in w.message

@@ -143,6 +143,8 @@ def projection(kind: str | None, step: int | None) -> str:
         return ""
     if kind == "data-nonfinite":
         return f"the loader reaches it at step {step}"
+    if kind == "margin-shrinking":
+        return ""  # its message says where its margin reaches the edge
     return f"at this rate float32 overflows at step ~{step}"
 
 

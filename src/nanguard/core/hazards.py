@@ -34,6 +34,7 @@ by margin only at the very edge.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,7 @@ from typing import Any
 from .early import EarlyWarning
 from .ops import DTYPE_MAX
 
-__all__ = ["RISKY", "Hazard", "HazardBook", "assess", "early_warning", "hazard_lines"]
+__all__ = ["RISKY", "Hazard", "HazardBook", "assess", "early_warning", "hazard_lines", "trend_warning"]
 
 #: a log/sqrt/divisor input this close to 0 is one small step from the singularity
 NEAR_ZERO = 1e-6
@@ -61,6 +62,16 @@ PROJECT = 20
 #: a recurrence whose gradient overflows within a chain of this many calls: sequence lengths in
 #: common use (a BPTT window, a sentence of tokens, a clip of frames) reach it
 RECURRENCE_EDGE = 512
+#: a margin's trend over the run (the watch's later sampled steps) is fitted on this many of
+#: its newest sampled steps, and the fit one sample older must hold too
+TREND_SAMPLES = 4
+#: ... each fit a least-squares line that explains the margins this well (R²)
+TREND_FIT = 0.95
+#: ... and the newer projection may lie later than the older by at most this share of the
+#: distance still ahead (a saturating curve's projection recedes at every sample)
+TREND_DRIFT = 0.5
+#: a projection further ahead than this many steps waits for the next samples
+TREND_HORIZON = 100
 RISKY = ("high", "medium")
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 
@@ -160,6 +171,14 @@ class HazardBook:
     def __init__(self) -> None:
         self.hazards: dict[Key, Hazard] = {}
         self.steps = 0
+        #: the run's step being looked at, where the adapter samples steps of a run (the watch);
+        #: ``None``: every step is looked at, counted by ``steps`` (``nanguard check``)
+        self.at: int | None = None
+
+    @property
+    def now(self) -> int:
+        """The step the margins seen now belong to."""
+        return self.steps if self.at is None else self.at
 
     def observe(self, op: str, kind: str, margin: float, *, step: int, dtype: str,
                 source: str | None, source_code: str | None, module: str | None,
@@ -339,3 +358,76 @@ def early_warning(h: Hazard, step: int, steps: int) -> EarlyWarning | None:
         f"{r} (over {steps} sampled step{'s' if steps != 1 else ''})" for r in h.reasons]
     return EarlyWarning(step, "latent-hazard", f"`{h.op}`{where}{mod} can make a NaN it has not "
                         f"made yet: {why}{use}", evidence)
+
+
+def _line(xs: list[float], ys: list[float]) -> tuple[float, float, float] | None:
+    """Least squares ``y = a + b·x``: ``(b, a, R²)`` (``None``: the xs do not spread)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    if sxx <= 0 or syy <= 0:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return b, my - b * mx, (b * b * sxx) / syy
+
+
+def _crossing(h: Hazard, steps: list[int]) -> tuple[float, str, float] | None:
+    """Where the margins at these sampled steps reach their edge, on the line that fits them
+    best — straight (a variance walked down by constant gradient steps, e-folds of an ``exp``
+    used up) or geometric (a probability saturating, a float16 result growing ×k a step):
+    ``(step, model, R²)``; ``None`` unless they fall at every sample and a line fits them."""
+    ms = [h.margins[s] for s in steps]
+    if any(not math.isfinite(m) for m in ms) or any(b >= a for a, b in itertools.pairwise(ms)):
+        return None
+    models: list[tuple[str, list[float], float]] = []
+    if h.kind in ("zero", "edge", "overflow"):
+        models.append(("straight", ms, 0.0))
+    if h.kind in ("zero", "edge") and ms[-1] > 0:
+        models.append(("geometric", [math.log(m) for m in ms], math.log(NEAR_ZERO)))
+    if h.kind == "headroom" and ms[-1] > 0:
+        models.append(("geometric", [math.log(m) for m in ms], 0.0))
+    best: tuple[float, str, float] | None = None
+    xs = [float(x) for x in steps]
+    for name, ys, edge in models:
+        fit = _line(xs, ys)
+        if fit is None or fit[0] >= 0 or fit[2] < TREND_FIT:
+            continue
+        b, a, r2 = fit
+        if best is None or r2 > best[2]:
+            best = ((edge - a) / b, name, r2)
+    return best
+
+
+def trend_warning(h: Hazard, step: int) -> EarlyWarning | None:
+    """The watch's warning for a margin that the run's sampled steps show falling toward its
+    edge on a line that holds (kind ``margin-shrinking``), at ``step``; ``None`` when its fit
+    does not hold (too few samples, not falling at each, a poor fit, a projection receding as a
+    saturating curve's does), when it projects further than :data:`TREND_HORIZON` steps
+    ahead, or for an op already at its singularity or guarded by a floor."""
+    if h.guarded or h.kind not in ("zero", "edge", "overflow", "headroom") or _fired(h):
+        return None
+    steps = sorted(h.margins)
+    if len(steps) < TREND_SAMPLES + 1:
+        return None
+    now, before = _crossing(h, steps[-TREND_SAMPLES:]), _crossing(h, steps[-TREND_SAMPLES - 1:-1])
+    if now is None or before is None:
+        return None
+    at = now[0]
+    ahead = at - step
+    if not 0 < ahead <= TREND_HORIZON or at - before[0] > TREND_DRIFT * ahead:
+        return None
+    first, last = steps[-TREND_SAMPLES], steps[-1]
+    edge = {"overflow": "overflow", "headroom": f"{h.dtype}'s largest value",
+            "edge": "±1, the edge of its domain"}.get(h.kind, "0")
+    what = {"overflow": "e-folds left before overflow", "headroom": f"room below {h.dtype}'s largest value",
+            "edge": "distance to ±1"}.get(h.kind, "smallest input")
+    where = f" at {h.source}" if h.source else ""
+    mod = f" (in {h.module})" if h.module else ""
+    msg = (f"`{h.op}`{where}{mod}: its {what} fell {h.margins[first]:.3g} → {h.margins[last]:.3g} "
+           f"over steps {first}–{last}, on a {now[1]} line (R² {now[2]:.2f}); at this rate it reaches {edge} at step ~{math.ceil(at)}")
+    evidence = ([h.source_code] if h.source_code else []) + [
+        f"{what} at sampled steps " + ", ".join(f"{s}: {h.margins[s]:.3g}" for s in steps[-TREND_SAMPLES - 1:])]
+    if h.stable_form:
+        evidence.append(f"use {h.stable_form}")
+    return EarlyWarning(step, "margin-shrinking", msg, evidence, math.ceil(at))

@@ -17,6 +17,17 @@ risky only near an edge (a division by a count, risky once the count is 1) and f
 (the loss and gradient rules of :mod:`nanguard.core.early` watch it every step) are left to
 ``nanguard check``, which lists everything.
 
+After those two, the look comes back every :data:`LATE_EVERY` steps or more until the run's
+first non-finite value — as often as :data:`BUDGET` of the run's time allows, measured: the
+extra time of the last sampled step over the plain steps' (a small MLP, whose traced step costs
+~3 plain ones, is looked at every ~150 steps; a model whose ops are large, every 25) — so that
+each unsafe op's margin is known over the run: a margin falling toward
+its edge on a straight or geometric line that holds over the newest samples (a learned variance
+walked below 0 under ``sqrt`` over 160 steps, a float16 result growing ×k a step) is a warning
+of kind ``margin-shrinking`` with the step it reaches the edge
+(:func:`~nanguard.core.hazards.trend_warning`); one that comes within reach at a later sample
+warns as at step 2.
+
 Not sampled: the deferred watch (a GPU run that must not synchronise; the check reads margins
 on the host), and steps where another dispatch mode is active (a trace, the user's own).
 """
@@ -24,19 +35,26 @@ on the host), and steps where another dispatch mode is active (a trace, the user
 from __future__ import annotations
 
 import math
+import time
 
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..core.controller import StepController
-from ..core.hazards import HazardBook, early_warning
+from ..core.hazards import HazardBook, early_warning, trend_warning
 from ._modules import ModuleStack
 from ._recurrence import Gain
 from .hazards import HazardMode
 
-__all__ = ["SAMPLED_STEPS", "HazardLook"]
+__all__ = ["BUDGET", "LATE_EVERY", "LATE_MAX", "SAMPLED_STEPS", "HazardLook"]
 
 SAMPLED_STEPS = (1, 2)  # the steps whose unsafe ops are looked at (step 0 may be a warm-up)
+#: then a step every this many steps at least ...
+LATE_EVERY = 25
+#: ... and at most (whatever the look costs)
+LATE_MAX = 200
+#: the share of the run's time the later looks may take (a sampled step runs at trace cost)
+BUDGET = 0.02
 _PASS_ALL = 1 << 30  # an ``in_optimizer`` count that makes a stale mode pass everything through
 
 
@@ -53,6 +71,8 @@ class HazardLook:
         self._params: WeakIdKeyDictionary | None = None
         #: module path -> (growth per call, calls to overflow) of each recurrence seen growing
         self.recurrences: dict[str, tuple[float, float]] | None = None
+        self._clock = _StepClock()
+        self._last = 0  # the newest sampled step
 
     @property
     def looking(self) -> bool:
@@ -70,14 +90,18 @@ class HazardLook:
 
     def sample_start(self, step: int, deferred: bool | None) -> None:
         """When a step ended (``step``: the next one's index): start looking if it is one of
-        :data:`SAMPLED_STEPS`. Never on the deferred watch."""
-        if self._done or self._mode is not None or step not in SAMPLED_STEPS:
+        :data:`SAMPLED_STEPS` or a multiple of :data:`LATE_EVERY`, until the run met its first
+        non-finite value. Never on the deferred watch."""
+        self._clock.tick(sampled=self._last == step - 1 and step - 1 > 0)
+        if self._done or self._mode is not None or not (
+                step in SAMPLED_STEPS or (step > SAMPLED_STEPS[-1] and step >= self._last + self._clock.every())):
             return
-        if deferred or _get_current_dispatch_mode() is not None:
+        if deferred or _get_current_dispatch_mode() is not None or self.controller.early.closed:
             self._done = True
             return
         if self._book is None:
             self._book, self._params = HazardBook(), WeakIdKeyDictionary()
+        self._book.at = self._last = step
         mode = HazardMode(self._book, self.modules, self._params)
         mode.__enter__()
         self._mode = mode
@@ -102,7 +126,6 @@ class HazardLook:
         assert book is not None
         book.steps += 1
         if step >= SAMPLED_STEPS[-1] or self._done:
-            self._done = True
             self._warn(book, step)
 
     def _keep_recurrences(self, gains: list[Gain]) -> None:
@@ -119,6 +142,10 @@ class HazardLook:
         if found:
             found[0].evidence += [f"also: {w.message}" for w in found[1:4]]
             self.controller.early.add(found[0])
+        trends = sorted((w for w in (trend_warning(h, step) for h in book.hazards.values()) if w is not None),
+                        key=lambda w: w.projected_step or 0)
+        if trends:
+            self.controller.early.add(trends[0])
 
     def quiet(self, quiet: bool) -> None:
         """The recorder's ``on_quiet``: a sampled step's forwards stopped building a graph (an
@@ -140,3 +167,31 @@ class HazardLook:
         if self._mode is not None:
             self._done = True
             self.sample_end(step)
+
+
+class _StepClock:
+    """How long a plain step takes and how much longer a sampled one did: the later looks'
+    spacing (``every``). Ticked at every step boundary."""
+
+    def __init__(self) -> None:
+        self._t: float | None = None
+        self._plain: float | None = None  # moving average of the unsampled steps' durations
+        self._sampled: float | None = None  # the newest sampled step's duration
+
+    def tick(self, sampled: bool) -> None:
+        """A step ended (``sampled``: it was looked at)."""
+        now = time.perf_counter()
+        if self._t is not None:
+            d = now - self._t
+            if sampled:
+                self._sampled = d
+            else:
+                self._plain = d if self._plain is None else 0.8 * self._plain + 0.2 * d
+        self._t = now
+
+    def every(self) -> int:
+        """Steps between two later looks: their extra time within :data:`BUDGET` of the run's."""
+        if self._plain is None or self._sampled is None or self._plain <= 0:
+            return LATE_EVERY
+        extra = max(self._sampled - self._plain, 0.0)
+        return min(LATE_MAX, max(LATE_EVERY, math.ceil(extra / (BUDGET * self._plain))))

@@ -219,7 +219,7 @@ class HazardMode(TorchDispatchMode):
         if not math.isfinite(at):
             return  # it shrinks going back: nothing to overflow
         self.book.observe(
-            "recurrence", "recurrence", at, step=self.book.steps, dtype=g.dtype, source=g.source,
+            "recurrence", "recurrence", at, step=self.book.now, dtype=g.dtype, source=g.source,
             source_code=g.source_code, module=g.module or None, stable_form=_RECURRENCE_FIX,
             pattern=f"the gradient grows ×{g.rate:.3g} per call of `{g.module or g.cls}` going back "
                     f"through its recurrence (×{g.total:.3g} over the {g.calls} calls of a step)")
@@ -337,9 +337,9 @@ class HazardMode(TorchDispatchMode):
         if not isinstance(x, torch.nn.Parameter):
             return None
         if x not in self.params:
-            self.params[x] = (self.book.steps, margin)
+            self.params[x] = (self.book.now, margin)
         first_step, first = self.params[x]
-        n = self.book.steps - first_step
+        n = self.book.now - first_step
         if n <= 0 or not 0 < margin < first:
             return None
         ahead = math.ceil(margin / ((first - margin) / n))
@@ -359,7 +359,7 @@ class HazardMode(TorchDispatchMode):
         loc = user_frame(3)
         path, _typ = self.modules.current()
         kw: dict[str, Any] = {
-            "op": op, "kind": kind, "margin": margin, "step": self.book.steps, "dtype": _name(dtype),
+            "op": op, "kind": kind, "margin": margin, "step": self.book.now, "dtype": _name(dtype),
             "source": loc.short if loc else None, "source_code": loc.code if loc else None,
             "module": path or None, "pattern": pattern[0] if pattern else None,
             "stable_form": pattern[1] if pattern else None, "guarded": guarded,
