@@ -178,18 +178,6 @@ class StepController:
     def _judged(self, n: int = 4 * LEVEL_STEPS) -> History:
         return self.primary.of(self.history, n)
 
-    def _level_history(self, restored: int | None) -> History:
-        """The steps an episode's level is taken from: after a rollback, those up to the state
-        the run went back to — the steps after it were the divergence (a BatchNorm classifier's
-        loss climbed to 1e32 over 50 finite steps before its first NaN, and "back at its healthy
-        level" was judged against 1e25); else the newest steps."""
-        if restored is None:
-            return self._judged()
-        whole = self.primary.of(self.history, len(self.history))
-        before = [r for r in whole if r.step <= restored]
-        if not before:
-            return self._judged()
-        return History.of_records(before[-4 * LEVEL_STEPS:])
 
     def _grow_back(self) -> None:
         """Under ``recover``, with a back-off in force: raise it toward 1 after a run of healthy
@@ -349,7 +337,7 @@ class StepController:
         details.update(backend.restore_state())
         self.state = self.state.recorded(step, action, **details)
         self._said()
-        self.judge.acted(step, self._level_history(details.get("restored_step")),
+        self.judge.acted(step, self.primary.up_to(self.history, details.get("restored_step"), 4 * LEVEL_STEPS),
                          bad_batch=action.kind == "drop_batch" or diag.cause is Cause.NONFINITE_INPUT)
         if not after_update:
             backend.skip_update()

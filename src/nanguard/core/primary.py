@@ -49,6 +49,17 @@ class PrimarySteps:
             return history
         return history.tail_of(self.name, n)
 
+    def up_to(self, history: History, restored: int | None, n: int) -> History:
+        """The primary's newest ``n`` steps an episode's level is taken from: after a rollback
+        (``restored``: the step of the state the run went back to), those up to that state — the
+        steps after it were the divergence (a BatchNorm classifier's loss climbed to 1e32 over 50
+        finite steps before its first NaN, and "back at its healthy level" was judged against
+        that climb); else the newest."""
+        if restored is None:
+            return self.of(history, n)
+        before = [r for r in history if r.step <= restored and self.owns(r)]
+        return History.of_records(before[-n:]) if before else self.of(history, n)
+
     def above_start(self, history: History) -> bool:
         """Is the primary's newest loss above where the run started, or not finite? (After a
         raised learning rate made the loss jump: the weights carry the damage. A jump that stays
