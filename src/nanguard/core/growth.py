@@ -13,8 +13,9 @@ second half) is more than :data:`WORSE` above its median over as many steps befo
 (and more than the loss's noise can move that median),
 or the updates swamp the weights, the raise is undone and the next one waits twice as long. The
 raise is tried from a snapshot taken as it begins: an undo for a non-finite step, a loss held
-above its level, or a jump above where the run started rolls back to it (the weights carry the
-damage). A raise kept through its probation can still be too much later on: a run whose loss
+above its level and above every loss of the 20 healthy steps before the raise, or a jump above
+where the run started rolls back to it (the weights carry the damage; a loss held above its
+level within that band is undone without losing the probation's steps). A raise kept through its probation can still be too much later on: a run whose loss
 climbs again at a constant back-off with no NaN (an actor-critic's critic at 1e17) *relapsed* —
 the median of its last :data:`RELAPSE_STEPS` losses :data:`RELAPSE` band widths above the level
 it held when the back-off last grew, and above where the run started: the factor is halved
@@ -74,8 +75,9 @@ class Regrowth:
     #: the step at which the factor last changed (``None``: no back-off seen yet)
     last_change: int | None = None
     #: a raise on probation: (its step, the factor before it, the loss ceiling before it, the
-    #: median loss before it, the rise in that median the loss's noise alone can make)
-    probation: tuple[int, float, float | None, float | None, float] | None = None
+    #: median loss before it, the rise in that median the loss's noise alone can make, the
+    #: highest loss of the healthy steps before it)
+    probation: tuple[int, float, float | None, float | None, float, float | None] | None = None
     #: why the last raise was undone, when its steps left the weights worse than before it:
     #: ``"nonfinite"``, ``"rose"`` (the loss held above its level before the raise), ``"jump"``
     #: (one loss ten times the ceiling: damage only when above where the run started — the
@@ -115,7 +117,7 @@ class Regrowth:
         if level.loss is not None and level.ceiling is not None and level.steps >= SHORT:
             self.reference = (level.loss, level.ceiling)
         before = history.series("loss", max(1, self.every // 2))
-        self.probation = (rec.step, lr_scale, level.ceiling, _median(before), _noise(before))
+        self.probation = (rec.step, lr_scale, level.ceiling, _median(before), _noise(before), level.top)
         self.last_change = rec.step
         return new, f"{self.every} healthy steps since it last changed"
 
@@ -159,7 +161,7 @@ class Regrowth:
         ceiling; at the end of the probation, when the loss over its second half sits above the
         ceiling, or the updates swamp the weights."""
         assert self.probation is not None
-        at, before, ceiling, held, noise = self.probation
+        at, before, ceiling, held, noise, top = self.probation
         since = [r for r in reversed(list(history.newest(step - at))) if r.step > at]
         losses = [r.loss for r in since if r.finite and r.loss is not None]
         why = None
@@ -174,7 +176,9 @@ class Regrowth:
             ratio = _median([r.update_ratio for r in since if r.update_ratio is not None])
             if held is not None and loss is not None and loss > held + max(WORSE * abs(held), noise):
                 why = f"the loss rose to {loss:.4g}, above the {held:.4g} it held at before the raise"
-                self.damaged = "rose"
+                # the weights carry damage when the loss left the band it kept before the raise
+                # (above its highest loss there); a rise within that band is undone, not rolled back
+                self.damaged = "rose" if top is None or loss > top else None
             elif ratio is not None and ratio > STUCK_RATIO:
                 why = f"the updates swamp the weights (update/weight ratio {ratio:.2g})"
             else:
