@@ -363,3 +363,32 @@ def test_a_float16_result_doubling_toward_its_largest_value_is_a_geometric_trend
     w = trend_warning(_sampled("headroom", room, op="float16", dtype="float16"), 75)
     assert w is not None and w.projected_step == 125 and "on a geometric line" in w.message
     assert "its room below float16's largest value fell" in w.message
+
+
+def test_a_data_feature_stacked_with_others_is_on_the_path_and_its_zero_rows_are_found() -> None:
+    """A click-through rate computed on the fly from raw counters (``clicks / impressions``),
+    stacked with other features into the model's input: the stack took a list, and the check
+    did not follow the held division through it (0 unsafe ops); the counters made before the
+    first step were not a source either (the check sees the script make its data). A campaign
+    launched late has rows of 0 impressions the first batches never reach."""
+    torch.manual_seed(0)
+    m = nn.Linear(2, 1)
+    opt = torch.optim.Adam(m.parameters())
+    with nanguard.check(steps=5) as hz:
+        imp = torch.poisson(torch.full((1000,), 40.0))  # made under the check, before the first step
+        clk = torch.binomial(imp, torch.full((1000,), 0.1))
+        imp[900], clk[900] = 0.0, 0.0
+        y = torch.rand(1000)
+        for s in range(5):
+            i = torch.arange(s * 100, s * 100 + 100)
+            im, ck = imp[i], clk[i]
+            x = torch.stack([torch.log1p(im), ck / im], dim=1)
+            loss = F.mse_loss(m(x).squeeze(-1), y[i])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    div = next(h for h in hz.hazards if h.op == "div")
+    assert div.risk == "medium" and div.source_code == "x = torch.stack([torch.log1p(im), ck / im], dim=1)"
+    assert div.pattern == ("division by data that is 0 on some rows: 1 of 1000 rows of the float32[1000] "
+                           "tensor the batches are cut from hold a 0")
+    assert any(h.op == "log1p" for h in hz.hazards)

@@ -100,19 +100,29 @@ class RowTrace:
         self.sums: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.fills: WeakIdKeyDictionary = WeakIdKeyDictionary()  # scores -> (Origin, the mask)
         self._rows_hit: dict[tuple[int, str, str], tuple[int, int]] = {}
+        #: tensors made since the step began: not sources (``nanguard check`` sees the script
+        #: make its data before the first step; from the next step on, that data is a source)
+        self.fresh: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+    def new_step(self) -> None:
+        """A step ended: what it made is from an earlier step now."""
+        self.fresh = WeakIdKeyDictionary()
 
     def _of(self, t: Any, made: Any) -> Origin | None:
         """The origin of ``t``, or a new one when ``t`` is a source (not made in the step)."""
         if not isinstance(t, torch.Tensor):
             return None
         o = self.origin.get(t)
-        if o is None and t not in made and t not in self.picks and _source(t):
+        if o is None and t not in self.fresh and t not in self.picks and _source(t):
             name = f"{str(t.dtype).replace('torch.', '')}[{', '.join(str(int(d)) for d in t.shape)}]"
             o = Origin(weakref.ref(t), (), name, int(t.shape[0]))
         return o
 
     def made(self, func: Any, op: str, args: Any, kwargs: dict[str, Any], out: Any, made: Any) -> None:
         """An op ran (before ``made``, the mode's producer table, learns of ``out``)."""
+        for o in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(o, torch.Tensor):
+                self.fresh[o] = True
         if not isinstance(out, torch.Tensor) or not args:
             return
         x = args[0]

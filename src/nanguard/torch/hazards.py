@@ -209,6 +209,7 @@ class HazardMode(TorchDispatchMode):
     def step_done(self) -> list[Gain]:
         """When a step's backward is done (before the book counts the step): how the gradient
         grew back through each recurrence of the step, into the book; the fits."""
+        self.rows.new_step()
         gains = self.recurrence.collect()
         for g in gains:
             self._gain(g)
@@ -229,7 +230,10 @@ class HazardMode(TorchDispatchMode):
         out = func(*args, **kwargs)
         if self.in_optimizer:
             return out
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        # a list argument's tensors too: ``stack`` / ``cat`` of a data-only feature with others
+        tensors = [t for a in args for t in ((a,) if isinstance(a, torch.Tensor) else
+                                             a if isinstance(a, (list, tuple)) else ())
+                   if isinstance(t, torch.Tensor)]
         op = canonical_op(str(func))
         prods = tuple(self.prod.get(t) for t in tensors[:2])
         self.rows.made(func, op, args, kwargs, out, self.prod)
