@@ -6,8 +6,8 @@
     python benchmarks/early.py --only m03 s05  # a few scenarios, by the start of their name
 
 Every scenario of ``benchmarks/scenarios`` (the suite), ``scenarios/holdout`` and
-``scenarios/holdout_lr``, ``scenarios/holdout_early``, ``scenarios/holdout_late`` (written by people
-who had not read the code) — with ``--keras``,
+``scenarios/holdout_lr``, ``scenarios/holdout_early``, ``scenarios/holdout_late``,
+``scenarios/holdout_late2`` (written by people who had not read the code) — with ``--keras``,
 ``scenarios/keras`` and ``scenarios/keras/holdout`` — runs under
 ``nanguard run --json`` (policy ``raise``). For a failing scenario the table gives the step of its
 first non-finite value, the step of the first early warning and the lead (how many steps before);
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from diagnose import SCENARIOS_DIR, Scenario, _env, discover, nanguard_command
 
 DIRS = (SCENARIOS_DIR, SCENARIOS_DIR / "holdout", SCENARIOS_DIR / "holdout_lr", SCENARIOS_DIR / "holdout_early",
-        SCENARIOS_DIR / "holdout_late")
+        SCENARIOS_DIR / "holdout_late", SCENARIOS_DIR / "holdout_late2")
 KERAS_DIRS = (SCENARIOS_DIR / "keras", SCENARIOS_DIR / "keras" / "holdout")
 MIN_STEP, MIN_LEAD = 5, 3
 
@@ -52,7 +52,8 @@ def run(scenario: Scenario) -> dict[str, Any]:
     return {"name": scenario.name, "suite": scenario.path.parent.name, "healthy": scenario.expect.healthy,
             "first_nan": first, "first_warning": w["step"] if w else None,
             "kind": w["kind"] if w else None, "kinds": [x["kind"] for x in warnings],
-            "lead": first - w["step"] if (w and first is not None) else None, "has_log": bool(log)}
+            "lead": first - w["step"] if (w and first is not None) else None, "has_log": bool(log),
+            "projected": [x.get("projected_step") for x in warnings]}
 
 
 def main() -> int:
@@ -68,16 +69,17 @@ def main() -> int:
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
         rows = list(pool.map(run, scenarios))
     print(f"# python benchmarks/early.py --jobs {a.jobs}{' --keras' if a.keras else ''}\n")
-    print("| scenario | first NaN step | first warning step | lead | kind |")
-    print("|---|---|---|---|---|")
+    print("| scenario | first NaN step | first warning step | lead | kind | projected step |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         if r["healthy"]:
             continue
         lead = "-" if r["lead"] is None else str(r["lead"])
         warned = "-" if r["first_warning"] is None else r["first_warning"]
         suite = "keras/holdout" if a.keras and r["suite"] == "holdout" else r["suite"]
+        shown = [p for p in r["projected"] if p is not None]
         print(f"| {suite}/{r['name']} | {r['first_nan']} | {warned} | {lead} "
-              f"| {r['kind'] or '-'} |")
+              f"| {r['kind'] or '-'} | {', '.join(map(str, shown)) or '-'} |")
     late = [r for r in rows if not r["healthy"] and r["first_nan"] is not None and r["first_nan"] >= MIN_STEP]
     ahead = [r for r in late if r["lead"] is not None and r["lead"] >= MIN_LEAD]
     healthy = [r for r in rows if r["healthy"]]
@@ -86,6 +88,12 @@ def main() -> int:
           f"warned {MIN_LEAD}+ steps ahead: {len(ahead)} ({100 * len(ahead) / max(len(late), 1):.0f} %)")
     print(f"healthy scenarios: {len(healthy)}; with a warning: {len(alarms)}"
           + (" (" + ", ".join(f"{r['name']}: {'/'.join(r['kinds'])}" for r in alarms) + ")" if alarms else ""))
+    # every projection a warning printed (a step where float32 overflows, a margin reaches its
+    # edge, the loader reaches a bad row), against the step the run made its first NaN
+    pairs = [(p, r["first_nan"]) for r in rows if not r["healthy"] and r["first_nan"]
+             for p in r["projected"] if p is not None]
+    near = [p for p, f in pairs if f / 2 <= p <= 2 * f]
+    print(f"projected steps printed on failing runs: {len(pairs)}; within 2x of the first NaN: {len(near)}")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
