@@ -94,7 +94,7 @@ class HazardLook:
         non-finite value. Never on the deferred watch."""
         self._clock.tick(sampled=self._last == step - 1 and step - 1 > 0)
         if self._done or self._mode is not None or not (
-                step in SAMPLED_STEPS or (step > SAMPLED_STEPS[-1] and step >= self._last + self._clock.every())):
+                step in SAMPLED_STEPS or (step > SAMPLED_STEPS[-1] and step % self._clock.every() == 0)):
             return
         if deferred or _get_current_dispatch_mode() is not None or self.controller.early.closed:
             self._done = True
@@ -102,7 +102,10 @@ class HazardLook:
         if self._book is None:
             self._book, self._params = HazardBook(), WeakIdKeyDictionary()
         self._book.at = self._last = step
-        mode = HazardMode(self._book, self.modules, self._params)
+        # the recurrence rule was measured on initial weights (benchmarks/recurrence_gain.py): a
+        # trained weight-shared block applied 12 times grows ×1.3 per call, and no chain of it
+        # is ever longer than 12 — only the first two steps link a module's calls
+        mode = HazardMode(self._book, self.modules, self._params, recurrences=step in SAMPLED_STEPS)
         mode.__enter__()
         self._mode = mode
 
@@ -190,8 +193,13 @@ class _StepClock:
         self._t = now
 
     def every(self) -> int:
-        """Steps between two later looks: their extra time within :data:`BUDGET` of the run's."""
+        """Steps between two later looks: their extra time within :data:`BUDGET` of the run's,
+        rounded up to :data:`LATE_EVERY` times a power of two (25, 50, 100, 200), the looks at
+        its multiples — the same steps from run to run, whatever the machine's load."""
         if self._plain is None or self._sampled is None or self._plain <= 0:
             return LATE_EVERY
-        extra = max(self._sampled - self._plain, 0.0)
-        return min(LATE_MAX, max(LATE_EVERY, math.ceil(extra / (BUDGET * self._plain))))
+        need = max(self._sampled - self._plain, 0.0) / (BUDGET * self._plain)
+        every = LATE_EVERY
+        while every < need and every < LATE_MAX:
+            every *= 2
+        return every

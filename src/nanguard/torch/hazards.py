@@ -182,8 +182,12 @@ def _name(dtype: torch.dtype) -> str:
 class HazardMode(TorchDispatchMode):
     """The check's dispatch mode (pushed for the whole check; see the module docstring)."""
 
-    def __init__(self, book: HazardBook, modules: ModuleStack, params: WeakIdKeyDictionary | None = None) -> None:
+    def __init__(self, book: HazardBook, modules: ModuleStack, params: WeakIdKeyDictionary | None = None,
+                 recurrences: bool = True) -> None:
         super().__init__()
+        #: link a module's calls fed its own output and read their gradients (the check, and the
+        #: watch's steps 1–2: the recurrence rule is calibrated on initial weights)
+        self.recurrences = recurrences
         self.book, self.modules = book, modules
         self.prod: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.exp_keys: WeakIdKeyDictionary = WeakIdKeyDictionary()  # exp output -> its hazard
@@ -199,7 +203,8 @@ class HazardMode(TorchDispatchMode):
         self.recurrence = RecurrenceProbe(modules)
 
     def __enter__(self) -> HazardMode:
-        self.recurrence.start()
+        if self.recurrences:
+            self.recurrence.start()
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
