@@ -37,19 +37,6 @@ LEVEL_STEPS = 20
 SHORT = 10
 
 
-#: a loss whose median over its newest ``n`` steps is below this share of its median over the
-#: ``n`` before is still falling
-FALLING = 0.8
-
-
-def _still_falling(losses: list[float], n: int) -> bool:
-    """Is the loss still coming down at the end of these losses (newest last)?"""
-    if len(losses) < 2 * n:
-        return True  # too few to tell it has levelled off
-    a, b = _median(losses[-2 * n:-n]), _median(losses[-n:])
-    return a is not None and b is not None and a > 0 and b < FALLING * a
-
-
 def _median(vals: list[float]) -> float | None:
     if not vals:
         return None
@@ -249,14 +236,6 @@ class OutcomeJudge:
             cur.status, cur.decided_step = "unjudged", step
             cur.reason = (f"the run ended {n} healthy step{'s' if n != 1 else ''} after the last event: "
                           f"too few to judge by ({self.min_steps} needed)")
-        elif cur.level.steps < SHORT and _still_falling(cur.losses, self.min_steps):
-            # no healthy stretch before the event, and the run ended inside the window with its
-            # loss still coming down: below where it started, but at no level yet
-            n = len(cur.losses)
-            cur.status, cur.decided_step = "unjudged", step
-            cur.reason = (f"the run had no healthy stretch before its first event, and it ended {n} "
-                          f"healthy steps after the last one with its loss still falling ({cur.losses[0]:.4g} "
-                          f"→ {_median(cur.losses[-self.min_steps:]):.4g}): no level to judge it by yet")
         elif cur.met(self.min_steps):
             cur.status, cur.decided_step = "recovered", step
             cur.reason = f"the loss was back at the run's healthy level when the run ended ({len(cur.losses)} healthy steps after the last event)"
