@@ -17,10 +17,11 @@ risky only near an edge (a division by a count, risky once the count is 1) and f
 (the loss and gradient rules of :mod:`nanguard.core.early` watch it every step) are left to
 ``nanguard check``, which lists everything.
 
-After those two, the look comes back every :data:`LATE_EVERY` steps or more until the run's
-first non-finite value — as often as :data:`BUDGET` of the run's time allows, measured: the
-extra time of the last sampled step over the plain steps' (a small MLP, whose traced step costs
-~3 plain ones, is looked at every ~150 steps; a model whose ops are large, every 25) — so that
+After those two, the look comes back on the multiples of 25, 50, 100 or 200 steps until the
+run's first non-finite value — as often as :data:`BUDGET` of the run's time allows, measured:
+the extra time of the last sampled step over the plain steps', rounded up to that ladder (a
+small MLP, whose traced step costs ~3 plain ones, every 200 steps; a model whose ops are large,
+every 25) — so that
 each unsafe op's margin is known over the run: a margin falling toward
 its edge on a straight or geometric line that holds over the newest samples (a learned variance
 walked below 0 under ``sqrt`` over 160 steps, a float16 result growing ×k a step) is a warning

@@ -108,7 +108,7 @@ class RowTrace:
         """A step ended: what it made is from an earlier step now."""
         self.fresh = WeakIdKeyDictionary()
 
-    def _of(self, t: Any, made: Any) -> Origin | None:
+    def _of(self, t: Any) -> Origin | None:
         """The origin of ``t``, or a new one when ``t`` is a source (not made in the step)."""
         if not isinstance(t, torch.Tensor):
             return None
@@ -118,8 +118,8 @@ class RowTrace:
             o = Origin(weakref.ref(t), (), name, int(t.shape[0]))
         return o
 
-    def made(self, func: Any, op: str, args: Any, kwargs: dict[str, Any], out: Any, made: Any) -> None:
-        """An op ran (before ``made``, the mode's producer table, learns of ``out``)."""
+    def made(self, func: Any, op: str, args: Any, kwargs: dict[str, Any], out: Any) -> None:
+        """An op ran: its outputs are this step's; the rows they were cut from, followed."""
         for o in (out if isinstance(out, (tuple, list)) else (out,)):
             if isinstance(o, torch.Tensor):
                 self.fresh[o] = True
@@ -142,12 +142,11 @@ class RowTrace:
             if out.shape == x.shape:
                 self.fills[out] = self.fills[x]  # scale after the fill (/ temperature), a second fill
             return
-        self._rows(func, op, args, kwargs, out, made)
+        self._rows(func, op, args, kwargs, out)
 
-    def _rows(self, func: Any, op: str, args: Any, kwargs: dict[str, Any], out: torch.Tensor,
-              made: Any) -> None:
+    def _rows(self, func: Any, op: str, args: Any, kwargs: dict[str, Any], out: torch.Tensor) -> None:
         x = args[0]
-        o = self._of(x, made)
+        o = self._of(x)
         if o is None:
             return
         if op in _SAME:

@@ -241,7 +241,7 @@ class HazardMode(TorchDispatchMode):
                    if isinstance(t, torch.Tensor)]
         op = canonical_op(str(func))
         prods = tuple(self.prod.get(t) for t in tensors[:2])
-        self.rows.made(func, op, args, kwargs, out, self.prod)
+        self.rows.made(func, op, args, kwargs, out)
         self._made(op, args, prods, out)  # also under no_grad: gaussian_nll_loss clamps var there
         if not torch.is_grad_enabled():
             return out  # not on the path to the loss (a metric, an evaluation)
