@@ -225,3 +225,32 @@ def test_only_the_first_two_sampled_steps_link_a_recurrence(monkeypatch: pytest.
     monkeypatch.setattr(HazardMode, "__enter__", entering)
     _train(_bce_stable, steps=30)
     assert seen[:2] == [(1, True), (2, True)] and (25, False) in seen
+
+
+class _NaiveSoftplus(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return torch.log1p(torch.exp(x))
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, g: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors  # type: ignore[attr-defined]
+        return g * torch.sigmoid(x)
+
+
+def _custom_softplus(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.mse_loss(_NaiveSoftplus.apply(z), y)  # type: ignore[no-untyped-call]
+
+
+def test_a_custom_functions_naive_forward_is_warned_and_torch_is_left_as_it_was() -> None:
+    """The look's steps see the ops of a custom ``autograd.Function``'s own forward (run with
+    grad off inside ``apply``); its wrappers are gone once the look is over."""
+    apply = torch.autograd.Function.__dict__["apply"]
+    warnings, printed, guard = _train(_custom_softplus)
+    (w,) = warnings
+    assert (w.kind, w.step) == ("latent-hazard", SAMPLED_STEPS[-1])
+    assert w.message.startswith("`log1p` at tests/test_hazard_watch.py:") and "F.softplus(x)" in w.message
+    assert "nanguard: warning at step 2 (latent-hazard): `log1p`" in printed
+    assert torch.autograd.Function.__dict__["apply"] is apply
+    assert guard.findings == []

@@ -392,3 +392,111 @@ def test_a_data_feature_stacked_with_others_is_on_the_path_and_its_zero_rows_are
     assert div.pattern == ("division by data that is 0 on some rows: 1 of 1000 rows of the float32[1000] "
                            "tensor the batches are cut from hold a 0")
     assert any(h.op == "log1p" for h in hz.hazards)
+
+
+class _NaiveSoftplus(torch.autograd.Function):
+    """A custom Function whose own forward is naive (runs with grad off inside ``apply``)."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return torch.log1p(torch.exp(x))  # the naive forward
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, g: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors  # type: ignore[attr-defined]
+        return g * torch.sigmoid(x)
+
+
+class _NaiveLseBackward(torch.autograd.Function):
+    """Log-sum-exp with a stable forward (minus the max) and a naive backward (exp / sum exp)."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, s: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(s)
+        m = s.max(-1, keepdim=True).values
+        return (m + torch.log(torch.exp(s - m).sum(-1, keepdim=True))).squeeze(-1)
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, g: torch.Tensor) -> torch.Tensor:
+        (s,) = ctx.saved_tensors  # type: ignore[attr-defined]
+        w = torch.exp(s)
+        return g[:, None] * w / w.sum(-1, keepdim=True)  # the naive backward
+
+
+class _Head(nn.Module):
+    def __init__(self, fn: type[torch.autograd.Function]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn.apply(x)  # type: ignore[no-any-return]
+
+
+def _custom(fn: type[torch.autograd.Function]) -> list[Hazard]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 4), _Head(fn))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 6)
+    with nanguard.check(steps=2) as hz:
+        for _ in range(10):
+            opt.zero_grad()
+            model(x).mean().backward()
+            opt.step()
+    return hz.hazards
+
+
+def test_a_custom_functions_own_forward_is_on_the_path_to_the_loss() -> None:
+    """``Function.apply`` runs ``forward`` with grad off: its ops were taken for a metric's."""
+    (h,) = _risky(_custom(_NaiveSoftplus))
+    assert (h.op, h.pattern, h.module) == ("log1p", "log1p(exp(x))", "1")
+    assert h.source is not None and h.source.endswith(f"test_hazards.py:{_line('the naive forward', 0)}")
+    assert torch.autograd.Function.__dict__["apply"].__func__.__module__ == "torch.autograd.function"
+    assert nanguard_left_patched() == []
+
+
+def test_a_custom_functions_own_backward_is_looked_at_in_the_module_of_its_forward() -> None:
+    """The engine runs ``backward`` with grad off, in no module: the hand-written softmax of a
+    naive backward is found, named in the module whose forward applied the Function; the stable
+    log-sum-exp of its forward (minus the max: a sum of at least 1) is not a pattern."""
+    hazards = _custom(_NaiveLseBackward)
+    (h,) = _risky(hazards)
+    assert h.pattern is not None and h.pattern.startswith("a hand-written softmax")
+    assert h.module == "1"
+    assert h.source is not None and h.source.endswith(f"test_hazards.py:{_line('the naive backward', 0)}")
+    assert all(h.pattern != "log of a sum of exp" for h in hazards)
+    assert nanguard_left_patched() == []
+
+
+def test_a_log_of_a_sum_of_exp_without_the_max_is_still_a_pattern() -> None:
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.log(torch.exp(out).sum(-1)).mean() - out.gather(1, y[:, None]).mean()
+
+    assert any(h.pattern == "log of a sum of exp" for h in _risky(_train(loss)))
+
+
+def nanguard_left_patched() -> list[str]:
+    from nanguard.core.patches import left_patched
+
+    return left_patched()
+
+
+@pytest.mark.parametrize("form", ["half", "float", "minus max"])
+def test_an_exp_in_float16_is_a_pattern_unless_taken_in_float32_or_minus_the_max(form: str) -> None:
+    """Under CPU autocast a float16 ``exp`` of a learned log-rate has 11.09 e-folds of room: a
+    hazard at the first step, long before the log-rate has grown there."""
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.float16):
+            z = out.half() if form == "half" else out.float()
+            if form == "minus max":
+                z = z.half() - z.half().max()
+            rate = torch.exp(z)
+        return (rate.float() - z.float()).mean() + 0 * y.sum()
+
+    half = [h for h in _risky(_train(loss)) if h.op == "exp"]
+    if form == "half":
+        (h,) = half
+        assert h.dtype == "float16" and h.pattern is not None and "11.09" in h.pattern
+        assert h.stable_form is not None and "x.float()" in h.stable_form
+    else:
+        assert half == []

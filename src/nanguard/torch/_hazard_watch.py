@@ -56,7 +56,6 @@ LATE_EVERY = 25
 LATE_MAX = 200
 #: the share of the run's time the later looks may take (a sampled step runs at trace cost)
 BUDGET = 0.02
-_PASS_ALL = 1 << 30  # an ``in_optimizer`` count that makes a stale mode pass everything through
 
 
 class HazardLook:
@@ -122,8 +121,7 @@ class HazardLook:
         elif _get_current_dispatch_mode() is mode:
             mode.__exit__(None, None, None)
         else:  # another mode was pushed above it: it stays, passing every op through
-            mode.in_optimizer = _PASS_ALL
-            mode.recurrence.stop()
+            mode.retire()
             self._done = True
         self._keep_recurrences(mode.step_done())
         book = self._book

@@ -31,7 +31,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ..core.hazards import MAX, HazardBook
 from ..core.ops import canonical_op
 from ..core.source import user_frame
-from . import _autograd
+from . import _autograd, _fn_regions
 from ._modules import ModuleStack
 from ._recurrence import Gain, RecurrenceProbe
 from ._rows import RowTrace
@@ -68,6 +68,9 @@ _MAX_HELD = 16
 _PARAM_AHEAD = 50
 _RECURRENCE_FIX = ("h = h.detach() every k calls (truncated backprop through time), a smaller or "
                    "orthogonal recurrent init (nn.init.orthogonal_), or a gated cell (nn.GRUCell)")
+
+
+_PASS_ALL = 1 << 30  # an ``in_optimizer`` count that makes a stale mode pass everything through
 
 
 class CheckDone(BaseException):
@@ -107,6 +110,14 @@ _UNIT_PATTERN: Pattern = (
     "and its gradient is infinite at ±1", "torch.acos(c.clamp(-1 + 1e-7, 1 - 1e-7))  # asin alike", None)
 
 
+#: an ``exp`` computed in float16 (a ``.half()`` model; CPU autocast, which leaves ``exp`` in
+#: float16 where CUDA's autocast runs it in float32): whatever its input is now, a learned value
+#: has only 11.09 e-folds of room, not float32's 88.7
+_HALF_EXP: Pattern = (
+    "exp computed in float16: it overflows once its input passes 11.09 (float32's limit is 88.7)",
+    "torch.exp(x.float())  # exp in float32, also under autocast", None)
+
+
 def _pattern(op: str, prod: Prod | None, exponent: float | None = None) -> Pattern | None:
     """The pattern an unsafe op was made by (see :data:`Pattern`), or ``None``."""
     found = _match(op, prod, exponent)
@@ -123,7 +134,8 @@ def _match(op: str, prod: Prod | None, exponent: float | None) -> tuple[str, str
         return None
     src, parents = prod[0], _parents(prod)
     if op in _LOG:
-        if src in _SUMS and "exp" in parents:
+        if src in _SUMS and "exp" in parents and not _ops(prod) & {"amax", "max"}:
+            # minus the max first (``m + log(exp(x - m).sum())``): the sum is at least 1
             return ("log of a sum of exp", "torch.logsumexp(x, dim)  # minus math.log(n) for a mean")
         if src in _SUMS and "mul" in parents and _ops(prod) & _PROBS:
             return ("log of a sum of products of probabilities (a mixture)",
@@ -196,20 +208,39 @@ class HazardMode(TorchDispatchMode):
         #: while an op runs; ``None``: the op is on the graph, observations go to the book)
         self.pending: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._held: list[dict[str, Any]] | None = None
+        self._region: _fn_regions.Region | None = None  # of the op being looked at
         self.rows = RowTrace()
         #: a parameter read by an unsafe op -> (step, margin) when first seen (shared by the
         #: modes of the watch's sampled steps)
         self.params: WeakIdKeyDictionary = WeakIdKeyDictionary() if params is None else params
         self.recurrence = RecurrenceProbe(modules)
+        #: custom autograd Function class -> the module path its forward ran in (its backward
+        #: runs in no module)
+        self.fn_modules: dict[type, str] = {}
+        self._regions = False  # the custom-Function wrappers held (``_fn_regions``)
 
     def __enter__(self) -> HazardMode:
         if self.recurrences:
             self.recurrence.start()
+        if not self._regions:
+            _fn_regions.enter()
+            self._regions = True
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
-        self.recurrence.stop()
+        self._release()
         super().__exit__(*exc)
+
+    def _release(self) -> None:
+        self.recurrence.stop()
+        if self._regions:
+            self._regions = False
+            _fn_regions.leave()
+
+    def retire(self) -> None:
+        """Left on the stack under another mode: from now on every op passes through."""
+        self.in_optimizer = _PASS_ALL
+        self._release()
 
     def step_done(self) -> list[Gain]:
         """When a step's backward is done (before the book counts the step): how the gradient
@@ -243,9 +274,12 @@ class HazardMode(TorchDispatchMode):
         prods = tuple(self.prod.get(t) for t in tensors[:2])
         self.rows.made(func, op, args, kwargs, out)
         self._made(op, args, prods, out)  # also under no_grad: gaussian_nll_loss clamps var there
-        if not torch.is_grad_enabled():
+        region = _fn_regions.current()
+        if not torch.is_grad_enabled() and region is None:
             return out  # not on the path to the loss (a metric, an evaluation)
-        if any(t.requires_grad for t in tensors):
+        self._region = region
+        if region is not None or any(t.requires_grad for t in tensors):
+            # inside a custom Function's own code everything makes its output or its gradient
             self._commit(tensors)
             self._held = None
         else:  # data only (a mask, a per-sample standardisation): held until it meets the graph
@@ -314,7 +348,8 @@ class HazardMode(TorchDispatchMode):
             self._add(op, "edge", m, x.dtype, None if inside else _UNIT_PATTERN, inside)
         elif op in ("exp", "expm1"):
             left = math.log(MAX.get(_name(x.dtype), MAX["float32"])) - _max(x)
-            key = self._add(op, "overflow", left, x.dtype, None)
+            half = x.dtype == torch.float16 and not _ops(prods[0]) & {"amax", "max"}
+            key = self._add(op, "overflow", left, x.dtype, _HALF_EXP if half else None)
             if isinstance(out, torch.Tensor) and key is not None:
                 self.exp_keys[out] = key
         elif op in _SOFTMAX:
@@ -367,6 +402,12 @@ class HazardMode(TorchDispatchMode):
             return None  # data already at the singularity, and the run went on: a mask (log of a tril)
         loc = user_frame(3)
         path, _typ = self.modules.current()
+        region = self._region
+        if region is not None:  # a custom autograd Function's own forward or backward
+            if region[0] == "forward":
+                self.fn_modules[region[1]] = path or ""
+            else:
+                path = path or self.fn_modules.get(region[1])
         kw: dict[str, Any] = {
             "op": op, "kind": kind, "margin": margin, "step": self.book.now, "dtype": _name(dtype),
             "source": loc.short if loc else None, "source_code": loc.code if loc else None,
