@@ -16,7 +16,11 @@ too. Every variant is attached only for its own block, and before each plain or 
 pays at least (one ``torch._foreach_norm`` over the gradients, stacked with the loss, one host
 read: what ``GradScaler`` pays). The RL rows time one REINFORCE update of a 2-layer policy with
 200 environment steps: each a ``no_grad`` forward, or (as pytorch/examples' ``reinforce.py``
-writes it) a forward with grad whose log-prob the update uses.
+writes it) a forward with grad whose log-prob the update uses. The tiny loop's row times whole
+runs (30,000 steps by default, ``--tiny-steps``) of a logistic regression with a hand-written
+update and no module (``TinyLogReg``, as GRIST's numerical-bug programs are written), each
+variant attached once per run, so its one-time and later looks are in the time; ``trace`` is
+left out of that row (a trace of every op of 30,000 steps is not a way anyone runs).
 """
 
 from __future__ import annotations
@@ -191,7 +195,7 @@ _WATCH_GUARDS: dict[int, Any] = {}
 
 
 @contextlib.contextmanager
-def variant_ctx(name: str, model: nn.Module, opt: torch.optim.Optimizer) -> Iterator[None]:
+def variant_ctx(name: str, model: nn.Module | None, opt: torch.optim.Optimizer | None) -> Iterator[None]:
     if name in ("plain", "floor"):
         assert_detached()
         yield
@@ -405,6 +409,57 @@ def measure_rl(variants: list[str], repeats: int, steps: int, env_steps: int,
     return {v: statistics.median(ts) for v, ts in times.items()}
 
 
+# --- a tiny loop: thousands of steps of ~0.2 ms, a hand-written update ----------------------
+
+
+class TinyLogReg:
+    """Logistic regression on 200 noisy points of 10 features, written as GRIST's numerical-bug
+    programs are: no module, no optimizer, ``w -= lr * w.grad`` under ``no_grad`` — every op
+    outside any module, each step ~0.15-0.2 ms of plain work on a CPU."""
+
+    def __init__(self) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(200, 10, generator=g)
+        self.y = (self.x[:, 0] + 0.5 * self.x[:, 1] + torch.randn(200, generator=g) > 0).float()
+        self.w = torch.zeros(10, requires_grad=True)
+        self.b = torch.zeros(1, requires_grad=True)
+
+    def step(self, variant: str, lr: float = 0.1) -> None:
+        p = torch.sigmoid(self.x @ self.w + self.b)
+        loss = -(self.y * torch.log(p) + (1 - self.y) * torch.log(1 - p)).mean()
+        loss.backward()
+        assert self.w.grad is not None and self.b.grad is not None
+        if variant == "floor":
+            torch.stack([*torch._foreach_norm([self.w.grad, self.b.grad]), loss.detach()]).tolist()
+        with torch.no_grad():
+            self.w -= lr * self.w.grad
+            self.b -= lr * self.b.grad
+            self.w.grad.zero_()
+            self.b.grad.zero_()
+
+
+def tiny_run(variant: str, steps: int) -> float:
+    """Wall seconds of a whole run of ``steps`` steps of :class:`TinyLogReg` under ``variant``
+    (attached once, as ``nanguard run`` does: its one-time looks and its later ones included)."""
+    task = TinyLogReg()
+    gc.collect()
+    _WATCH_GUARDS.pop(id(None), None)  # a fresh guard per run: a run attaches once
+    t0 = time.perf_counter()
+    with variant_ctx(variant, None, None):
+        for _ in range(steps):
+            task.step(variant)
+    return time.perf_counter() - t0
+
+
+def measure_tiny(variants: list[str], repeats: int, steps: int) -> dict[str, float]:
+    """The median whole-run time of each variant, the runs round-robin."""
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for r in range(repeats):
+        for v in variants[r % len(variants):] + variants[: r % len(variants)]:
+            times[v].append(tiny_run(v, steps))
+    return {v: statistics.median(ts) for v, ts in times.items()}
+
+
 # --- replay latency and memory --------------------------------------------------------------
 
 
@@ -506,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the numbers to this file")
     p.add_argument("--variants", help="comma-separated subset of the variants (plain is always in)")
     p.add_argument("--rl-only", action="store_true", help="only the RL row")
+    p.add_argument("--tiny-only", action="store_true", help="only the tiny loop's row")
+    p.add_argument("--tiny-steps", type=int, default=None, help="steps of the tiny loop's runs (30000)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -528,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(header)
     print("|" + "---|" * (3 + len(variants) - 1))
-    for i, case in enumerate([] if args.rl_only else cases(args.quick)):
+    for i, case in enumerate([] if args.rl_only or args.tiny_only else cases(args.quick)):
         gc.collect()
         med = measure(case, variants, device, repeats, steps)
         base = med["plain"]
@@ -541,20 +598,33 @@ def main(argv: list[str] | None = None) -> int:
                         **{f"{v}_ratio": ratios[v] for v in variants}})
     env_steps = 20 if args.quick else 200
     rl_variants = [v for v in variants if v != "sherlorch"]
-    print()
-    print(f"| RL loop | plain ms/update | {' | '.join(rl_variants[1:])} |")
-    print("|---|---|" + "---|" * (len(rl_variants) - 1))
+    if not args.tiny_only:
+        print()
+        print(f"| RL loop | plain ms/update | {' | '.join(rl_variants[1:])} |")
+        print("|---|---|" + "---|" * (len(rl_variants) - 1))
     labels = {"no_grad": f"REINFORCE, {env_steps} no_grad env steps per update",
               "grad": f"REINFORCE as pytorch/examples, {env_steps} env steps with grad per update"}
     rl_results = []
-    for loop, label in labels.items():
+    for loop, label in ({} if args.tiny_only else labels).items():
         med = measure_rl(rl_variants, repeats, max(2, steps // 3), env_steps, loop)
         base = med["plain"]
         print(f"| {label} | {base * 1e3:.2f} | "
               + " | ".join(f"{med[v] / base:.3f}x" for v in rl_variants[1:]) + " |", flush=True)
         rl_results.append({"model": "REINFORCE", "size": f"{env_steps} env steps", "loop": loop,
                            "plain_s": base, **{f"{v}_ratio": med[v] / base for v in rl_variants}})
-    if args.rl_only:
+    if not args.rl_only:
+        tiny_steps = args.tiny_steps or (300 if args.quick else 30_000)
+        tiny_variants = [v for v in rl_variants if v != "trace"]
+        print()
+        print(f"| tiny loop, whole run | plain s | {' | '.join(tiny_variants[1:])} |")
+        print("|---|---|" + "---|" * (len(tiny_variants) - 1))
+        med = measure_tiny(tiny_variants, 1 if args.quick else 3, tiny_steps)
+        base = med["plain"]
+        print(f"| logistic regression, hand-written update, {tiny_steps} steps | {base:.2f} | "
+              + " | ".join(f"{med[v] / base:.3f}x" for v in tiny_variants[1:]) + " |", flush=True)
+        rl_results.append({"model": "logistic regression", "size": f"{tiny_steps} steps", "loop": "tiny",
+                           "plain_s": base, **{f"{v}_ratio": med[v] / base for v in tiny_variants}})
+    if args.rl_only or args.tiny_only:
         return 0
     print()
     print("| model | size | replay: failure → finding, in plain steps |")

@@ -15,7 +15,7 @@ from torch import nn
 
 import nanguard
 from nanguard.core.early import EarlyWarning
-from nanguard.torch._hazard_watch import SAMPLED_STEPS
+from nanguard.torch._hazard_watch import FOLLOW_HORIZON, SAMPLED_STEPS
 from nanguard.torch.hazards import HazardMode
 
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -254,3 +254,58 @@ def test_a_custom_functions_naive_forward_is_warned_and_torch_is_left_as_it_was(
     assert "nanguard: warning at step 2 (latent-hazard): `log1p`" in printed
     assert torch.autograd.Function.__dict__["apply"] is apply
     assert guard.findings == []
+
+
+class _Variance(nn.Module):
+    """A variance fitted as it is (no softplus): ``sqrt`` reads the raw parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.var = nn.Parameter(torch.ones(3))
+
+    def forward(self, target: float | None) -> torch.Tensor:
+        std = torch.sqrt(self.var)  # the raw parameter
+        return std.sum() if target is None else (std - target).pow(2).sum()
+
+
+def _walk(target: float | None, steps: int = 160) -> tuple[list[EarlyWarning], int | None]:
+    """Adam walks the variance down ~0.01 a step: to 0 (``target`` None: a NaN near step 100),
+    or to its optimum ``target**2`` and no further."""
+    model = _Variance()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    guard = nanguard.attach(model, opt)
+    failed = None
+    try:
+        with redirect_stderr(io.StringIO()):
+            for step in range(steps):
+                opt.zero_grad()
+                model(target).backward()
+                try:
+                    opt.step()
+                except nanguard.NonFiniteError:
+                    failed = step
+                    break
+    finally:
+        guard.detach()
+    return list(guard.controller.early.warnings), failed
+
+
+def test_a_raw_parameter_walked_to_zero_is_followed_between_the_looks_and_warned_close() -> None:
+    """The later looks come back every 200 steps on a model this small; the parameter under the
+    ``sqrt`` is read at every step between them, and its line warned within the horizon."""
+    warnings, failed = _walk(None)
+    assert failed is not None and failed > 60
+    (w,) = [w for w in warnings if w.kind == "margin-shrinking"]
+    assert w.message.startswith("`sqrt` at tests/test_hazard_watch.py:") and "reaches 0" in w.message
+    assert w.projected_step is not None
+    assert 3 <= failed - w.step <= FOLLOW_HORIZON + 3
+    assert abs(w.projected_step - failed) <= FOLLOW_HORIZON
+
+
+@pytest.mark.parametrize("target", [0.2, 0.5])
+def test_a_raw_parameter_that_stops_at_its_optimum_is_not_warned(target: float) -> None:
+    """The same walk, stopping at 0.04 or 0.25: until it stops it looks the same, so nothing is
+    said while the edge is further than the horizon."""
+    warnings, failed = _walk(target, 200)
+    assert failed is None
+    assert [w for w in warnings if w.kind == "margin-shrinking"] == []

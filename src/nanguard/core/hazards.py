@@ -399,12 +399,12 @@ def _crossing(h: Hazard, steps: list[int]) -> tuple[float, str, float] | None:
     return best
 
 
-def trend_warning(h: Hazard, step: int) -> EarlyWarning | None:
+def trend_warning(h: Hazard, step: int, horizon: int = TREND_HORIZON) -> EarlyWarning | None:
     """The watch's warning for a margin that the run's sampled steps show falling toward its
     edge on a line that holds (kind ``margin-shrinking``), at ``step``; ``None`` when its fit
     does not hold (too few samples, not falling at each, a poor fit, a projection receding as a
-    saturating curve's does), when it projects further than :data:`TREND_HORIZON` steps
-    ahead, or for an op already at its singularity or guarded by a floor."""
+    saturating curve's does), when it projects further than ``horizon`` steps ahead, or for
+    an op already at its singularity or guarded by a floor."""
     if h.guarded or h.kind not in ("zero", "edge", "overflow", "headroom") or _fired(h):
         return None
     steps = sorted(h.margins)
@@ -415,7 +415,7 @@ def trend_warning(h: Hazard, step: int) -> EarlyWarning | None:
         return None
     at = now[0]
     ahead = at - step
-    if not 0 < ahead <= TREND_HORIZON or at - before[0] > TREND_DRIFT * ahead:
+    if not 0 < ahead <= horizon or at - before[0] > TREND_DRIFT * ahead:
         return None
     first, last = steps[-TREND_SAMPLES], steps[-1]
     edge = {"overflow": "overflow", "headroom": f"{h.dtype}'s largest value",

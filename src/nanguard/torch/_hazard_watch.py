@@ -27,7 +27,12 @@ its edge on a straight or geometric line that holds over the newest samples (a l
 walked below 0 under ``sqrt`` over 160 steps, a float16 result growing ×k a step) is a warning
 of kind ``margin-shrinking`` with the step it reaches the edge
 (:func:`~nanguard.core.hazards.trend_warning`); one that comes within reach at a later sample
-warns as at step 2.
+warns as at step 2. Between the looks, a parameter an unsafe op reads as it is (``sqrt(self.var)``,
+``x / self.temperature``, ``exp(self.log_scale)``; up to :data:`FOLLOW_MAX`) is followed at every
+step — one reduction each, one host read for all, nothing on a model without one — and its
+margin's line warns as ``margin-shrinking`` once it reaches the edge within
+:data:`FOLLOW_HORIZON` steps (a looser horizon cannot tell a walk to 0 from one that stops at an
+optimum close to it); the raw-parameter pattern of the look is then the first two steps' only.
 
 Not sampled: the deferred watch (a GPU run that must not synchronise; the check reads margins
 on the host), and steps where another dispatch mode is active (a trace, the user's own).
@@ -37,17 +42,19 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
+import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..core.controller import StepController
-from ..core.hazards import HazardBook, early_warning, trend_warning
+from ..core.hazards import TREND_HORIZON, HazardBook, early_warning, trend_warning
 from ._modules import ModuleStack
 from ._recurrence import Gain
-from .hazards import HazardMode
+from .hazards import HazardMode, raw_margins
 
-__all__ = ["BUDGET", "LATE_EVERY", "LATE_MAX", "SAMPLED_STEPS", "HazardLook"]
+__all__ = ["BUDGET", "FOLLOW_HORIZON", "FOLLOW_MAX", "LATE_EVERY", "LATE_MAX", "SAMPLED_STEPS", "HazardLook"]
 
 SAMPLED_STEPS = (1, 2)  # the steps whose unsafe ops are looked at (step 0 may be a warm-up)
 #: then a step every this many steps at least ...
@@ -56,6 +63,14 @@ LATE_EVERY = 25
 LATE_MAX = 200
 #: the share of the run's time the later looks may take (a sampled step runs at trace cost)
 BUDGET = 0.02
+#: a parameter an unsafe op reads as it is is followed at every step between the looks (one
+#: reduction each, one host read for all), and warned about only when its margin's line reaches
+#: the edge within this many steps: a learned variance walked down by Adam at a steady pace looks
+#: the same as one that will stop at its optimum, until it stops — only a crossing this close
+#: is no guess
+FOLLOW_HORIZON = 6
+#: parameters followed at most
+FOLLOW_MAX = 8
 
 
 class HazardLook:
@@ -69,6 +84,8 @@ class HazardLook:
         self._done = False
         self._paused = False  # the mode popped while the step's forwards build no graph
         self._params: WeakIdKeyDictionary | None = None
+        #: parameters read as they are by an unsafe op, found by the looks (``HazardMode.raw``)
+        self._raw: WeakIdKeyDictionary | None = None
         #: module path -> (growth per call, calls to overflow) of each recurrence seen growing
         self.recurrences: dict[str, tuple[float, float]] | None = None
         self._clock = _StepClock()
@@ -93,6 +110,8 @@ class HazardLook:
         :data:`SAMPLED_STEPS` or a multiple of :data:`LATE_EVERY`, until the run met its first
         non-finite value. Never on the deferred watch."""
         self._clock.tick(sampled=self._last == step - 1 and step - 1 > 0)
+        if self._raw and self._mode is None and not self._done and not deferred:
+            self._follow(step)
         if self._done or self._mode is not None or not (
                 step in SAMPLED_STEPS or (step > SAMPLED_STEPS[-1] and step % self._clock.every() == 0)):
             return
@@ -100,12 +119,13 @@ class HazardLook:
             self._done = True
             return
         if self._book is None:
-            self._book, self._params = HazardBook(), WeakIdKeyDictionary()
+            self._book, self._params, self._raw = HazardBook(), WeakIdKeyDictionary(), WeakIdKeyDictionary()
         self._book.at = self._last = step
         # the recurrence rule was measured on initial weights (benchmarks/recurrence_gain.py): a
         # trained weight-shared block applied 12 times grows ×1.3 per call, and no chain of it
         # is ever longer than 12 — only the first two steps link a module's calls
-        mode = HazardMode(self._book, self.modules, self._params, recurrences=step in SAMPLED_STEPS)
+        mode = HazardMode(self._book, self.modules, self._params, recurrences=step in SAMPLED_STEPS,
+                          raw=self._raw, moving=step in SAMPLED_STEPS)
         mode.__enter__()
         self._mode = mode
 
@@ -130,6 +150,29 @@ class HazardLook:
         if step >= SAMPLED_STEPS[-1] or self._done:
             self._warn(book, step)
 
+    def _follow(self, step: int) -> None:
+        """Between the looks, when a step ends (``step``: the next one, whose forward reads the
+        parameters as they are now): the margin of each unsafe op on a parameter read as it is,
+        into the book at ``step``; a line reaching its edge within :data:`FOLLOW_HORIZON` steps
+        is a ``margin-shrinking`` warning."""
+        book, raw = self._book, self._raw
+        if book is None or raw is None or self.controller.early.closed:
+            return
+        reads: list[tuple[torch.Tensor, str]] = []
+        obs: list[dict[str, Any]] = []
+        for p, entries in list(raw.items())[:FOLLOW_MAX]:
+            for how, kw in entries.values():
+                reads.append((p, how))
+                obs.append(kw)
+        for kw, m in zip(obs, raw_margins(reads)):
+            if math.isfinite(m):
+                book.observe(**{**kw, "margin": m, "step": step})
+        for kw in obs:
+            h = book.hazards.get((kw["op"], kw["source"], kw["module"]))
+            w = trend_warning(h, step, FOLLOW_HORIZON) if h is not None else None
+            if w is not None:
+                self.controller.early.add(w)
+
     def _keep_recurrences(self, gains: list[Gain]) -> None:
         """The fastest growth seen per recurrent module, for the diagnosis (``RunContext``)."""
         known = self.recurrences if self.recurrences is not None else {}
@@ -144,7 +187,9 @@ class HazardLook:
         if found:
             found[0].evidence += [f"also: {w.message}" for w in found[1:4]]
             self.controller.early.add(found[0])
-        trends = sorted((w for w in (trend_warning(h, step) for h in book.hazards.values()) if w is not None),
+        followed = {k for entries in (self._raw or {}).values() for k in entries}
+        trends = sorted((w for w in (trend_warning(h, step, FOLLOW_HORIZON if k in followed else TREND_HORIZON)
+                                     for k, h in book.hazards.items()) if w is not None),
                         key=lambda w: w.projected_step or 0)
         if trends:
             self.controller.early.add(trends[0])

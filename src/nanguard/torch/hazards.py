@@ -36,7 +36,7 @@ from ._modules import ModuleStack
 from ._recurrence import Gain, RecurrenceProbe
 from ._rows import RowTrace
 
-__all__ = ["CheckDone", "HazardCheck", "check"]
+__all__ = ["CheckDone", "HazardCheck", "check", "raw_margins"]
 
 #: a producer: (op, producers of its first two tensor inputs), kept four levels deep
 Prod = tuple[str, tuple[Any, ...]]
@@ -195,7 +195,8 @@ class HazardMode(TorchDispatchMode):
     """The check's dispatch mode (pushed for the whole check; see the module docstring)."""
 
     def __init__(self, book: HazardBook, modules: ModuleStack, params: WeakIdKeyDictionary | None = None,
-                 recurrences: bool = True) -> None:
+                 recurrences: bool = True, raw: WeakIdKeyDictionary | None = None,
+                 moving: bool = True) -> None:
         super().__init__()
         #: link a module's calls fed its own output and read their gradients (the check, and the
         #: watch's steps 1–2: the recurrence rule is calibrated on initial weights)
@@ -213,6 +214,14 @@ class HazardMode(TorchDispatchMode):
         #: a parameter read by an unsafe op -> (step, margin) when first seen (shared by the
         #: modes of the watch's sampled steps)
         self.params: WeakIdKeyDictionary = WeakIdKeyDictionary() if params is None else params
+        #: a parameter an unsafe op reads as it is (``sqrt(self.var)``, ``x / self.temperature``)
+        #: -> {its hazard's key: (how its margin is read, the observation)}: what the watch
+        #: follows at every step between its looks (shared like ``params``)
+        self.raw: WeakIdKeyDictionary = WeakIdKeyDictionary() if raw is None else raw
+        #: the raw-parameter pattern (:meth:`_moving`), from the margins of the steps looked at:
+        #: the check's, and the watch's on steps 1–2; later, the watch follows such a parameter
+        #: at every step instead
+        self.moving = moving
         self.recurrence = RecurrenceProbe(modules)
         #: custom autograd Function class -> the module path its forward ran in (its backward
         #: runs in no module)
@@ -325,7 +334,7 @@ class HazardMode(TorchDispatchMode):
         if op in _ZERO:
             m = _min(x) + (1.0 if op == "log1p" else 0.0)
             self._add(op, "zero", m, x.dtype, _pattern(op, prods[0]) or self._moving(op, x, m),
-                      _guarded(prods[0]))
+                      _guarded(prods[0]), raw=(x, "log1p" if op == "log1p" else "min"))
         elif op == "div" and len(args) > 1 and isinstance(args[1], torch.Tensor) and args[1].numel():
             d = args[1]
             if d.is_floating_point():
@@ -337,7 +346,7 @@ class HazardMode(TorchDispatchMode):
                     pat = None
                 m = _min_abs(d)
                 self._add("div", "zero", m, d.dtype, self._data_zero(d) or pat or self._moving("div", d, m),
-                          _guarded(dp))
+                          _guarded(dp), raw=(d, "min_abs"))
         elif op == "pow" and len(args) > 1 and isinstance(args[1], (int, float)) and 0 != args[1] < 1:
             e = float(args[1])  # x ** 0.5 is a sqrt; x ** -1 a division
             self._add("sqrt" if e > 0 else "pow", "zero", _min(x) if e > 0 else _min_abs(x), x.dtype,
@@ -349,7 +358,7 @@ class HazardMode(TorchDispatchMode):
         elif op in ("exp", "expm1"):
             left = math.log(MAX.get(_name(x.dtype), MAX["float32"])) - _max(x)
             half = x.dtype == torch.float16 and not _ops(prods[0]) & {"amax", "max"}
-            key = self._add(op, "overflow", left, x.dtype, _HALF_EXP if half else None)
+            key = self._add(op, "overflow", left, x.dtype, _HALF_EXP if half else None, raw=(x, "exp"))
             if isinstance(out, torch.Tensor) and key is not None:
                 self.exp_keys[out] = key
         elif op in _SOFTMAX:
@@ -378,7 +387,7 @@ class HazardMode(TorchDispatchMode):
         """A parameter read as it is (no softplus, no clamp) that gradient steps take toward the
         singularity at 0: its smallest value shrank since it was first seen, at a rate that
         reaches 0 within :data:`_PARAM_AHEAD` steps."""
-        if not isinstance(x, torch.nn.Parameter):
+        if not self.moving or not isinstance(x, torch.nn.Parameter):
             return None
         if x not in self.params:
             self.params[x] = (self.book.now, margin)
@@ -394,8 +403,12 @@ class HazardMode(TorchDispatchMode):
                 "torch.exp(log_v)  # or F.softplus(raw) + 1e-6: positive by construction", None)
 
     def _add(self, op: str, kind: str, margin: float, dtype: torch.dtype,
-             pattern: Pattern | None, guarded: bool = False) -> Any:
-        """Hand one observation to the book; its key there (``None``: nothing recorded)."""
+             pattern: Pattern | None, guarded: bool = False,
+             raw: tuple[torch.Tensor, str] | None = None) -> Any:
+        """Hand one observation to the book; its key there (``None``: nothing recorded).
+        ``raw``: the op's input and how its margin is read (:func:`raw_margins`) — kept in
+        :attr:`raw` when it is a parameter read as it is, so the watch can follow that margin
+        between its looks."""
         if not math.isfinite(margin) and kind != "overflow":
             return None  # it already fired (a NaN/Inf input): what nanguard run is for
         if self._held is not None and margin <= 0 and kind in ("zero", "edge"):
@@ -417,7 +430,30 @@ class HazardMode(TorchDispatchMode):
         if self._held is not None:
             self._held.append({**kw, "data_only": True})
             return None
-        return self.book.observe(**kw)
+        key = self.book.observe(**kw)
+        if raw is not None and isinstance(raw[0], torch.nn.Parameter) and not guarded:
+            self.raw.setdefault(raw[0], {})[key] = (raw[1], kw)
+        return key
+
+
+def raw_margins(reads: list[tuple[torch.Tensor, str]]) -> list[float]:
+    """The margins of parameters read as they are, one host read for all: ``min`` (the smallest
+    value under a ``log``/``sqrt``), ``log1p`` (that + 1), ``min_abs`` (a divisor), ``exp`` (the
+    e-folds left below the dtype's overflow). Called between steps, outside any mode."""
+    with torch.no_grad():
+        parts = []
+        for t, how in reads:
+            v = t.detach()
+            parts.append((v.abs().min() if how == "min_abs" else v.max() if how == "exp" else v.min()).float())
+        vals = torch.stack(parts).tolist() if parts else []
+    out = []
+    for (t, how), v in zip(reads, vals):
+        if how == "exp":
+            v = math.log(MAX.get(_name(t.dtype), MAX["float32"])) - v
+        elif how == "log1p":
+            v += 1.0
+        out.append(v)
+    return out
 
 
 def _min(x: torch.Tensor) -> float:
