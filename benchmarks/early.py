@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from diagnose import SCENARIOS_DIR, Scenario, _env, discover, nanguard_command
 
 DIRS = (SCENARIOS_DIR, SCENARIOS_DIR / "holdout", SCENARIOS_DIR / "holdout_lr", SCENARIOS_DIR / "holdout_early",
-        SCENARIOS_DIR / "holdout_late", SCENARIOS_DIR / "holdout_late2")
+        SCENARIOS_DIR / "holdout_late", SCENARIOS_DIR / "holdout_late2", SCENARIOS_DIR / "holdout_late3")
 KERAS_DIRS = (SCENARIOS_DIR / "keras", SCENARIOS_DIR / "keras" / "holdout")
 MIN_STEP, MIN_LEAD = 5, 3
 

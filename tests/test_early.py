@@ -247,3 +247,15 @@ def test_weights_growing_as_learning_does_are_not_warned(shape: str) -> None:
             "noisy": lambda i: 5.0 * 1.02 ** i * noise[i]}[shape]
     recs = [{"loss": 1.0, "param_norm": norm(i)} for i in range(200 if shape != "noisy" else 21)]
     assert _run(recs) == []
+
+
+def test_a_gradient_burst_no_higher_than_the_run_has_been_is_not_growing() -> None:
+    """A mixture density net's gradients (∝ 1/σ²) burst ×2 a step for 4 steps, to 2400, after
+    an earlier burst to 2500 it came back from: not a divergence; the same burst to 5000 is."""
+    quiet = [{"loss": -2.0, "grad_norm": 150.0} for _ in range(20)]
+    earlier = [{"loss": -2.0, "grad_norm": g} for g in (600.0, 2500.0, 300.0)] + quiet
+    burst = [{"loss": -2.0, "grad_norm": 150.0 * 2.0 ** (k + 1)} for k in range(4)]
+    assert _run(quiet + earlier + burst) == []
+    higher = [{"loss": -2.0, "grad_norm": 150.0 * 2.0 ** (k + 1)} for k in range(5)]
+    (w,) = _run(quiet + earlier + higher)
+    assert w.kind == "gradients-growing" and "300 → 4.8e+03" in w.message

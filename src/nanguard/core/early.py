@@ -181,6 +181,15 @@ def _grew(before: float | None, after: float | None, factor: float) -> bool:
             and after > factor * before)
 
 
+def _top_before(history: History, tail: list[StepRecord], name: str) -> float | None:
+    """The largest finite ``name`` of the healthy steps of ``tail``'s optimizer before ``tail``
+    (the whole history kept: asked only once a rule's growth has fired)."""
+    opt, first = tail[-1].optimizer, tail[0].step
+    vals = [v for r in history.healthy() if r.optimizer == opt and r.step < first
+            and (v := getattr(r, name)) is not None and math.isfinite(v)]
+    return max(vals) if vals else None
+
+
 def _ratios(vals: list[float]) -> list[float]:
     return [b / a for a, b in itertools.pairwise(vals)]
 
@@ -237,7 +246,7 @@ class EarlyWarnings:
         if not self._may_warn(history):
             return []  # nothing grew at the newest step: the usual case, a few comparisons
         recs = _recent(history, LOSS_STEPS + 1)
-        new = [w for w in (self._weights(recs) or self._weights_slowly(history), self._gradients(recs),
+        new = [w for w in (self._weights(recs) or self._weights_slowly(history), self._gradients(history, recs),
                            self._updates(recs), self._loss(history, recs), self._headroom(recs))
                if w is not None and w.kind not in self._said]
         return [w for w in new if self.add(w)]
@@ -330,11 +339,16 @@ class EarlyWarnings:
                             [f"|w| at steps {tail[0].step}–{step}: " + ", ".join(f"{v:.3g}" for v in vals)],
                             _overflow_step(step, vals[-1], rate))
 
-    def _gradients(self, recs: list[StepRecord]) -> EarlyWarning | None:
+    def _gradients(self, history: History, recs: list[StepRecord]) -> EarlyWarning | None:
         tail = recs[-(GRAD_STEPS + 1):]
         vals = _values(tail, "grad_norm") if len(tail) == GRAD_STEPS + 1 else None
         if (vals is None or min(_ratios(vals)) < GRAD_GROWTH or vals[-1] / vals[0] < GRAD_TOTAL
                 or not _sustained(_ratios(vals))):
+            return None
+        top = _top_before(history, tail, "grad_norm")
+        if top is not None and vals[-1] <= top:
+            # no higher than this optimizer's gradients have been in the run: a burst of a
+            # heavy-tailed gradient (a mixture density net's 1/σ²) that came back before
             return None
         rate = (vals[-1] / vals[0]) ** (1 / GRAD_STEPS)
         step = tail[-1].step
