@@ -582,9 +582,10 @@ def main(argv: list[str] | None = None) -> int:
         print("# sherlorch: not installed (pip install sherlorch to add its column)")
     results: list[dict[str, object]] = []
     header = "| model | size | plain ms/step | " + " | ".join(v for v in variants[1:]) + " |"
-    print()
-    print(header)
-    print("|" + "---|" * (3 + len(variants) - 1))
+    if not (args.rl_only or args.tiny_only):
+        print()
+        print(header)
+        print("|" + "---|" * (3 + len(variants) - 1))
     for i, case in enumerate([] if args.rl_only or args.tiny_only else cases(args.quick)):
         gc.collect()
         med = measure(case, variants, device, repeats, steps)
