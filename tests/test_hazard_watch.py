@@ -309,3 +309,18 @@ def test_a_raw_parameter_that_stops_at_its_optimum_is_not_warned(target: float) 
     warnings, failed = _walk(target, 200)
     assert failed is None
     assert [w for w in warnings if w.kind == "margin-shrinking"] == []
+
+
+def test_a_parameter_that_cannot_be_read_stops_the_following_and_not_the_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error of ours while following (a parameter on a device the read cannot stack) ends
+    the following silently: the run goes on and its NaN is still caught at its step."""
+    from nanguard.torch import _hazard_watch
+
+    def broken(reads: object) -> list[float]:
+        raise RuntimeError("cannot stack")
+
+    monkeypatch.setattr(_hazard_watch, "raw_margins", broken)
+    warnings, failed = _walk(None)
+    assert failed == 87
+    assert [w for w in warnings if w.kind == "margin-shrinking"] == []

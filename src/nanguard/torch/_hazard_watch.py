@@ -164,7 +164,12 @@ class HazardLook:
             for how, kw in entries.values():
                 reads.append((p, how))
                 obs.append(kw)
-        for kw, m in zip(obs, raw_margins(reads)):
+        try:
+            margins = raw_margins(reads)
+        except RuntimeError:  # a parameter that cannot be reduced here: stop following, say nothing
+            self._raw = None
+            return
+        for kw, m in zip(obs, margins):
             if math.isfinite(m):
                 book.observe(**{**kw, "margin": m, "step": step})
         for kw in obs:

@@ -431,7 +431,7 @@ class HazardMode(TorchDispatchMode):
             self._held.append({**kw, "data_only": True})
             return None
         key = self.book.observe(**kw)
-        if raw is not None and isinstance(raw[0], torch.nn.Parameter) and not guarded:
+        if raw is not None and type(raw[0]) is torch.nn.Parameter and not guarded:  # not a DTensor's shard
             self.raw.setdefault(raw[0], {})[key] = (raw[1], kw)
         return key
 
@@ -445,7 +445,8 @@ def raw_margins(reads: list[tuple[torch.Tensor, str]]) -> list[float]:
         for t, how in reads:
             v = t.detach()
             parts.append((v.abs().min() if how == "min_abs" else v.max() if how == "exp" else v.min()).float())
-        vals = torch.stack(parts).tolist() if parts else []
+        devices = {v.device for v in parts}
+        vals = torch.stack(parts).tolist() if len(devices) == 1 else [float(v) for v in parts]
     out = []
     for (t, how), v in zip(reads, vals):
         if how == "exp":
