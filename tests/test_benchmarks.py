@@ -23,6 +23,8 @@ def test_overhead_benchmark_runs_and_prints_its_tables(spawn: Spawn) -> None:
     assert "| model | size | plain ms/step | floor | watch | trace | detect_anomaly |" in out
     assert "| REINFORCE, 20 no_grad env steps per update |" in out
     assert "| REINFORCE as pytorch/examples, 20 env steps with grad per update |" in out
+    assert "| tiny loop, whole run | plain s | floor | watch | detect_anomaly |" in out
+    assert "| logistic regression, hand-written update, 300 steps |" in out
     for model in ("MLP", "CNN+BN", "Transformer", "LSTM"):
         assert f"| {model} | S |" in out
     assert "replay: failure → finding, in plain steps" in out
