@@ -42,7 +42,7 @@ from typing import Any
 from .early import EarlyWarning
 from .ops import DTYPE_MAX
 
-__all__ = ["RISKY", "Hazard", "HazardBook", "assess", "early_warning", "hazard_lines", "trend_warning"]
+__all__ = ["RISKY", "Hazard", "HazardBook", "Key", "assess", "early_warning", "hazard_lines", "trend_warning"]
 
 #: a log/sqrt/divisor input this close to 0 is one small step from the singularity
 NEAR_ZERO = 1e-6

@@ -49,7 +49,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..core.controller import StepController
-from ..core.hazards import TREND_HORIZON, HazardBook, early_warning, trend_warning
+from ..core.hazards import TREND_HORIZON, HazardBook, Key, early_warning, trend_warning
 from ._modules import ModuleStack
 from ._recurrence import Gain
 from .hazards import HazardMode, raw_margins
@@ -159,22 +159,21 @@ class HazardLook:
         if book is None or raw is None or self.controller.early.closed:
             return
         reads: list[tuple[torch.Tensor, str]] = []
-        obs: list[dict[str, Any]] = []
+        obs: list[tuple[Key, dict[str, Any]]] = []
         for p, entries in list(raw.items())[:FOLLOW_MAX]:
-            for how, kw in entries.values():
+            for key, (how, kw) in entries.items():
                 reads.append((p, how))
-                obs.append(kw)
+                obs.append((key, kw))
         try:
             margins = raw_margins(reads)
         except RuntimeError:  # a parameter that cannot be reduced here: stop following, say nothing
             self._raw = None
             return
-        for kw, m in zip(obs, margins):
+        for (_key, kw), m in zip(obs, margins):
             if math.isfinite(m):
                 book.observe(**{**kw, "margin": m, "step": step})
-        for kw in obs:
-            h = book.hazards.get((kw["op"], kw["source"], kw["module"]))
-            w = trend_warning(h, step, FOLLOW_HORIZON) if h is not None else None
+        for key, _kw in obs:
+            w = trend_warning(book.hazards[key], step, FOLLOW_HORIZON) if key in book.hazards else None
             if w is not None:
                 self.controller.early.add(w)
 
