@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._light_mode import LightMode
 
 __all__ = ["CollectiveInReplay", "LocalShards", "NoCollectives", "fsdp_modules", "is_collective"]
 
@@ -51,7 +52,7 @@ def is_collective(func: Any) -> bool:
     return getattr(func, "namespace", "") in _COLLECTIVE_NAMESPACES
 
 
-class NoCollectives(TorchDispatchMode):
+class NoCollectives(LightMode):
     """Under the replay: raises :class:`CollectiveInReplay` before a collective op runs."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ..core.source import SourceLocation, user_frame, user_site
 from ..core.step import StepOrderError
+from ._light_mode import LightMode, compiled, under_dynamo
 from ._modules import ModuleStack, storage_key
 from ._script_calls import ScriptCalls
 
@@ -217,8 +218,10 @@ def _flat(obj: Any) -> list[torch.Tensor]:
     return out
 
 
-class _Tape(TorchDispatchMode):
-    """Records ops run outside any module (pushed only while no module is running)."""
+class _Tape(LightMode):
+    """Records ops run outside any module (pushed only while no module is running). A
+    :class:`~nanguard.torch._light_mode.LightMode`: not wrapped against dynamo in a script that
+    compiles nothing."""
 
     def __init__(self, rec: StepRecorder) -> None:
         super().__init__()
@@ -358,6 +361,8 @@ class StepRecorder:
         if (self._tape_on or not self.enabled or not self.resume_tape or self.paused or self.facts.disarmed
                 or self.facts.truncated or torch.is_inference_mode_enabled()):
             return  # under inference mode never: its exit restores the dispatch keys of its entry
+        if not self._tape._under_dynamo and compiled():
+            under_dynamo(self._tape)  # something was compiled since: the twin PyTorch would make
         self._tape.__enter__()
         self._tape_on = True
 

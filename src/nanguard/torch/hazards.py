@@ -25,13 +25,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..core.hazards import MAX, HazardBook
 from ..core.ops import canonical_op
 from ..core.source import user_frame
 from . import _autograd, _fn_regions
+from ._light_mode import LightMode
 from ._modules import ModuleStack
 from ._recurrence import Gain, RecurrenceProbe
 from ._rows import RowTrace
@@ -191,7 +191,7 @@ def _name(dtype: torch.dtype) -> str:
     return _NAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
-class HazardMode(TorchDispatchMode):
+class HazardMode(LightMode):
     """The check's dispatch mode (pushed for the whole check; see the module docstring)."""
 
     def __init__(self, book: HazardBook, modules: ModuleStack, params: WeakIdKeyDictionary | None = None,
