@@ -27,21 +27,38 @@ def _wrapped(cls: type) -> bool:
 
 
 def _nothing_compiled(monkeypatch: pytest.MonkeyPatch, value: bool = False) -> None:
-    for mod in (_light_mode, _recorder):
-        monkeypatch.setattr(mod, "compiled", lambda: value)
+    monkeypatch.setattr(_light_mode, "compiled", lambda: value)
 
 
-def test_twin_only_once_something_was_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_twin_once_something_was_compiled_or_nothing_watches(monkeypatch: pytest.MonkeyPatch) -> None:
     _nothing_compiled(monkeypatch)
-    plain = NoCollectives()
-    assert type(plain) is NoCollectives and not _wrapped(NoCollectives)
+    monkeypatch.setattr(_light_mode, "_watchers", 1)  # as while a step recorder is registered
+    light = NoCollectives()
+    with light:
+        assert type(light) is NoCollectives and not _wrapped(NoCollectives)
     importlib.import_module("torch._dynamo")
     _nothing_compiled(monkeypatch, True)
-    twin = NoCollectives()
-    assert type(twin) is not NoCollectives and isinstance(twin, NoCollectives) and _wrapped(type(twin))
-    assert type(NoCollectives()) is type(twin)  # one twin per class
-    with twin:  # it still dispatches as its class does
+    compiled = NoCollectives()
+    with compiled:  # it still dispatches as its class does
+        assert type(compiled) is not NoCollectives and _wrapped(type(compiled))
         assert torch.ones(2).add(1).tolist() == [2.0, 2.0]
+    _nothing_compiled(monkeypatch)
+    monkeypatch.setattr(_light_mode, "_watchers", 0)
+    unwatched = NoCollectives()
+    with unwatched:
+        assert type(unwatched) is type(compiled)  # one twin per class
+
+
+def test_a_locator_watches_for_compile_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``nanguard.locate`` with no guard: light until the block compiles something."""
+    _nothing_compiled(monkeypatch)
+    assert _light_mode._watchers == 0
+    with nanguard.locate():
+        mode = _get_current_dispatch_mode()
+        assert not mode._under_dynamo and _light_mode._watchers == 1
+        torch.compile(torch.nn.Linear(2, 2), backend="eager")
+        assert mode._under_dynamo
+    assert _light_mode._watchers == 0 and "compile" not in [p.name for p in _light_mode._COMPILE._patches]
 
 
 def test_compiled_reads_dynamo_s_contexts() -> None:
@@ -63,7 +80,7 @@ def test_tape_pushed_before_compile_is_swapped_for_its_twin(monkeypatch: pytest.
         model(x).pow(2).mean().backward()
         opt.step()
         x.add(0)  # an op outside modules: the tape is on, as its light class
-        assert rec.tape_is_on and type(rec._tape) is _recorder._Tape
+        assert rec.tape_is_on and type(rec._tape) is _recorder._Tape and _light_mode._watchers == 1
         _nothing_compiled(monkeypatch, True)
 
         def loss_fn(out: torch.Tensor) -> torch.Tensor:

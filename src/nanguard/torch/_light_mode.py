@@ -11,24 +11,33 @@ Dynamo only runs a frame under a compiled context, and every such context — ``
 ``torch._dynamo.optimize``, ``torch.export`` — registers its backend in
 ``torch._dynamo.eval_frame.cached_backends`` when it is made (the ``None`` there is
 ``torch._disable_dynamo``'s own: an optimizer's constructor loads dynamo for it, and compiles
-nothing). :class:`LightMode` subclasses are not wrapped; an instance made once something was
-compiled (:func:`compiled`) is of the class's wrapped twin, as PyTorch would have made it. A
-light mode on the stack, or kept to be pushed again (the step recorder's tape), when
-``torch.compile`` is called becomes its twin in place (:func:`now_compiling`: ``torch.compile`` is
-patched while a step recorder is registered, and the recorder checks before each push); every
-light mode is made and pushed only while a guard is attached.
+nothing). :class:`LightMode` subclasses are not wrapped. Each time one is pushed, it becomes its
+class's wrapped twin in place — what PyTorch would have made — once something was compiled
+(:func:`compiled`), or when nothing would tell it of a ``torch.compile`` to come: while a step
+recorder is registered or a locator is open (:func:`watching`), ``torch.compile`` is patched to
+turn every light mode on the stack into its twin before the script can call what it compiled
+(:func:`now_compiling`).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-__all__ = ["LightMode", "compiled", "now_compiling", "under_dynamo"]
+from ..core.patches import PatchSet
+from ..core.transparent import transparent
+
+__all__ = ["LightMode", "compiled", "now_compiling", "watching"]
 
 _TWINS: dict[type, type] = {}
+#: how many step recorders and open locators watch for ``torch.compile`` (patched while any does)
+_watchers = 0
+_COMPILE = PatchSet("light dispatch modes: torch.compile")
 
 
 def compiled() -> bool:
@@ -44,9 +53,9 @@ def compiled() -> bool:
 
 
 class LightMode(TorchDispatchMode):
-    """A ``TorchDispatchMode`` whose dispatch is wrapped against dynamo only once something was
-    compiled (see the module docstring). Its ``__torch_dispatch__`` runs for every op while it
-    is pushed."""
+    """A ``TorchDispatchMode`` wrapped against dynamo only once something was compiled, or when
+    nothing watches for ``torch.compile`` (see the module docstring). Decided each time it is
+    pushed; its ``__torch_dispatch__`` runs for every op while it is."""
 
     #: set on the wrapped twins
     _under_dynamo = False
@@ -56,10 +65,10 @@ class LightMode(TorchDispatchMode):
         # read by TorchDispatchMode.__init_subclass__ as each subclass is made: only the twins
         return cls.__dict__.get("_under_dynamo", False) is True
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        if not cls._under_dynamo and compiled():
-            cls = twin(cls)
-        return super().__new__(cls)
+    def __enter__(self) -> Any:
+        if not self._under_dynamo and (not _watchers or compiled()):
+            under_dynamo(self)
+        return super().__enter__()
 
 
 def twin(cls: type) -> type:
@@ -86,7 +95,33 @@ def under_dynamo(mode: LightMode) -> None:
 
 def now_compiling() -> None:
     """``torch.compile`` was called: every light mode on the dispatch stack becomes its twin
-    before the script can call what it compiled."""
+    before the script can call what it compiled (one kept off the stack, the tape, becomes it
+    when next pushed)."""
     for m in _get_current_dispatch_mode_stack():
         if isinstance(m, LightMode):
             under_dynamo(m)
+
+
+def _compile_tells(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    @transparent
+    def compile(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        now_compiling()
+        return out
+
+    return compile
+
+
+def watching(on: bool) -> None:
+    """A step recorder was registered or a locator opened (``on``), or one of them went:
+    ``torch.compile`` is patched while any of them is there, put back after the last."""
+    global _watchers
+    if on:
+        _watchers += 1
+        if _watchers == 1:
+            _COMPILE.patch(torch, "compile", _compile_tells(torch.compile))
+    elif _watchers > 0:
+        _watchers -= 1
+        if _watchers == 0:
+            _COMPILE.restore()

@@ -28,7 +28,7 @@ from ..core import transparent as _transparent
 from ..core.patches import PatchSet
 from ..core.transparent import transparent
 from . import _batches
-from ._light_mode import now_compiling
+from ._light_mode import watching
 from ._modules import _compiling
 from ._recorder import StepRecorder
 
@@ -207,21 +207,6 @@ def _inference_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
     return __exit__
 
 
-def _compile_swaps_modes(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.compile``: the tape and a hazard look pushed before it are light modes that dynamo
-    would trace into once the compiled code runs: each becomes its wrapped twin
-    (:func:`~nanguard.torch._light_mode.now_compiling`) before the script can call what it
-    compiled."""
-    @functools.wraps(fn)
-    @transparent
-    def compile(*args: Any, **kwargs: Any) -> Any:
-        out = fn(*args, **kwargs)
-        now_compiling()
-        return out
-
-    return compile
-
-
 def _push_again(recs: list[StepRecorder]) -> None:
     for r in recs:
         if not r.paused and not r.modules.depth and r.resume_tape:
@@ -281,7 +266,8 @@ def register_recorder(rec: StepRecorder) -> None:
         im = torch.autograd.grad_mode.inference_mode
         for name, wrap in (("__enter__", _inference_enter), ("__exit__", _inference_exit)):
             _RECORDING.patch(im, name, wrap(im.__dict__[name]))
-        _RECORDING.patch(torch, "compile", _compile_swaps_modes(torch.compile))
+        watching(True)  # torch.compile tells the tape and the hazard look (light modes)
+        _RECORDING.on_restore("light dispatch modes told of torch.compile", lambda: watching(False))
     _active.append(rec)
 
 

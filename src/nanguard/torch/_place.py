@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..core.source import user_frame
+from ._light_mode import LightMode
 from ._modules import ModuleStack, class_name, param_names, storage_key
 from ._options import LocateOptions
 from ._provenance import IdMap
@@ -53,7 +53,7 @@ def custom_function(node: Any) -> str | None:
     return getattr(cls, "__name__", None) if isinstance(cls, type) else None
 
 
-class Place(TorchDispatchMode):
+class Place(LightMode):
     """Phase, module, source line and weight names for the ops of one locator."""
 
     opts: LocateOptions

@@ -37,7 +37,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ..core.source import SourceLocation, user_frame, user_site
 from ..core.step import StepOrderError
-from ._light_mode import LightMode, compiled, under_dynamo
+from ._light_mode import LightMode
 from ._modules import ModuleStack, storage_key
 from ._script_calls import ScriptCalls
 
@@ -361,8 +361,6 @@ class StepRecorder:
         if (self._tape_on or not self.enabled or not self.resume_tape or self.paused or self.facts.disarmed
                 or self.facts.truncated or torch.is_inference_mode_enabled()):
             return  # under inference mode never: its exit restores the dispatch keys of its entry
-        if not self._tape._under_dynamo and compiled():
-            under_dynamo(self._tape)  # something was compiled since: the twin PyTorch would make
         self._tape.__enter__()
         self._tape_on = True
 

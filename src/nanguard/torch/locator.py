@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ..core.finding import Finding
 from ..core.source import skip_dir
-from . import _autograd
+from . import _autograd, _light_mode
 from ._mode import LocatorMode
 from ._modules import ModuleStack
 from ._options import LocateOptions
@@ -125,6 +125,7 @@ class Locator:
             _autograd.add_backward_listener(_LocateListener(mode)),
             _autograd.add_optimizer_listener(mode.optsteps.pre, mode.optsteps.post),
         ]
+        _light_mode.watching(True)  # before the push: a light mode with torch.compile watched
         mode.__enter__()
         return self
 
@@ -142,6 +143,7 @@ class Locator:
             return
         if _get_current_dispatch_mode() is self._mode:
             self._mode.__exit__(None, None, None)
+        _light_mode.watching(False)
         for h in self._handles:
             h.remove()
         self._handles = []
