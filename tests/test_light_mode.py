@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import nanguard
 from _spawn import Spawn
-from nanguard.torch import _light_mode, _recorder
+from nanguard.torch import LocateOptions, _light_mode, _recorder
 from nanguard.torch._collectives import NoCollectives
 
 _ENV_KEYS = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -123,3 +123,24 @@ def test_a_run_that_never_compiles_never_loads_dynamo(tmp_path: Path, spawn: Spa
     assert "dynamo loaded: False" in r.stdout
     r = spawn.nanguard("run", "opt.py", cwd=tmp_path, env={**os.environ, **_ENV_KEYS})
     assert r.returncode == 0 and "compiled: False" in r.stdout, r.stderr[-2000:]
+
+
+class _LogHead(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(x * 0)  # the line
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+@pytest.mark.parametrize("was_compiled", [False, True])
+def test_source_line_the_same_light_or_twin(monkeypatch: pytest.MonkeyPatch, was_compiled: bool,
+                                            deferred: bool) -> None:
+    """The twin's wrapper adds frames between the op and the mode: the line inside the module's
+    ``forward`` is found either way, not its caller's."""
+    _nothing_compiled(monkeypatch, was_compiled)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), _LogHead())
+    opts = LocateOptions(deferred=deferred)
+    with pytest.raises(nanguard.NonFiniteError) as e, nanguard.locate(model, options=opts):
+        assert _get_current_dispatch_mode()._under_dynamo is was_compiled
+        model(torch.ones(3, 2)).sum().backward()
+    assert e.value.finding.op == "aten.log.default" and e.value.finding.module == "1"
+    assert e.value.finding.source_code == "return torch.log(x * 0)  # the line"

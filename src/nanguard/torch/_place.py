@@ -195,12 +195,12 @@ class Place(LightMode):
         path, typ = self.modules.current()
         loc = self._source_override
         if loc is None:
-            loc = user_frame(4, self.opts.frame_stop) or self._call_source
+            loc = user_frame(2, self.opts.frame_stop) or self._call_source
         return path, typ, loc
 
     def _outside_source(self) -> Any:
         """The line a tensor that entered from outside came in at."""
-        return self._source_override or self._call_source or user_frame(5, self.opts.frame_stop)
+        return self._source_override or self._call_source or user_frame(2, self.opts.frame_stop)
 
     def tag_module_output(self, mod: nn.Module, output: Any) -> None:
         """When a module's ``forward`` returns (a module hook): name the module on the autograd
@@ -215,7 +215,7 @@ class Place(LightMode):
             if md is None or META_KEY in md:
                 continue
             if loc is None:
-                loc = user_frame(3, self.opts.frame_stop) or self._call_source
+                loc = user_frame(2, self.opts.frame_stop) or self._call_source
             md[META_KEY] = (self.modules.path_of(mod), class_name(mod), loc)
 
     def _flush_pending(self) -> None:

@@ -480,9 +480,9 @@ class StepRecorder:
                 sargs, skw = _replace(sargs, copies), _replace(skw, copies)
         grad = torch.is_grad_enabled()
         if self.calls is None:
-            where = user_frame(3)
+            where = user_frame(2)
         else:  # before the first step: the runs of each line are counted too
-            site = user_site(3)
+            site = user_site(2)
             where = site[0] if site is not None else None
             self.calls.op(site, grad)
         ev = TapeOp(func, sargs, skw, grad, where, rng)
@@ -658,22 +658,31 @@ def _op_info(func: Any) -> tuple[bool, bool]:
     return info
 
 
+#: op -> its written arguments, (position or ``None`` when keyword-only, name)
+_WRITES: dict[Any, tuple[tuple[int | None, str], ...]] = {}
+
+
+def _writes(func: Any) -> tuple[tuple[int | None, str], ...]:
+    w = _WRITES.get(func)
+    if w is None:
+        schema = getattr(func, "_schema", None)
+        w = () if schema is None else tuple(
+            (None if a.kwarg_only else i, a.name) for i, a in enumerate(schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write)
+        _WRITES[func] = w
+    return w
+
+
 def mutated_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
     """The tensors an op writes in place (``self`` of ``add_``, ``out=``, the lists of foreach);
-    none for a Python function recorded whole (``StepRecorder.record_call``)."""
+    none for a Python function recorded whole (``StepRecorder.record_call``). The schema is read
+    once per op (this runs for every in-place op on the tape)."""
     out: list[torch.Tensor] = []
-    schema = getattr(func, "_schema", None)
-    if schema is None:
-        return out
-    for i, a in enumerate(schema.arguments):
-        if a.alias_info is not None and a.alias_info.is_write:
-            if a.kwarg_only:
-                if a.name in kwargs:
-                    out.extend(_flat(kwargs[a.name]))
-            elif i < len(args):
-                out.extend(_flat(args[i]))
-            elif a.name in kwargs:
-                out.extend(_flat(kwargs[a.name]))
+    for i, name in _writes(func):
+        if i is not None and i < len(args):
+            out.extend(_flat(args[i]))
+        elif kwargs and name in kwargs:
+            out.extend(_flat(kwargs[name]))
     return out
 
 

@@ -132,7 +132,7 @@ class RecurrenceProbe:
     def _link(self, mod: torch.nn.Module, mid: int, prev: int, n: int) -> None:
         self._next[(mid, prev)] = n
         if mid not in self._where:
-            loc = user_frame(3)
+            loc = user_frame(2)
             self._where[mid] = (self.modules.path_of(mod), class_name(mod), loc.short if loc else None,
                                 loc.code if loc else None)
         for node in self._outs.get((mid, prev), ()):

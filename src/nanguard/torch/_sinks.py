@@ -158,7 +158,7 @@ class Sinks(Origins):
         for t in flat_args:
             o = self.prov.get(t)
             if o is not None and o.judged:
-                loc = user_frame(3, self.opts.frame_stop)
+                loc = user_frame(2, self.opts.frame_stop)
                 at = f" at {loc.short}" if loc else ""
                 self._reached(o, "output", note=f"Python read one of its values (`.item()`){at}")
 

@@ -413,7 +413,7 @@ class HazardMode(LightMode):
             return None  # it already fired (a NaN/Inf input): what nanguard run is for
         if self._held is not None and margin <= 0 and kind in ("zero", "edge"):
             return None  # data already at the singularity, and the run went on: a mask (log of a tril)
-        loc = user_frame(3)
+        loc = user_frame(2)
         path, _typ = self.modules.current()
         region = self._region
         if region is not None:  # a custom autograd Function's own forward or backward
