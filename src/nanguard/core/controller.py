@@ -228,10 +228,6 @@ class StepController:
         """The run ended: decide an open episode; the run's outcome (``None``: nothing was
         ever done about a non-finite step)."""
         self.judge.ended(step, self._judged().series("loss", LEVEL_STEPS))
-        if self.config.policy == "recover":
-            raised = self.regrowth.ended(self._judged(2 * self.regrowth.every + 4 * LEVEL_STEPS), self.state.lr_scale)
-            if raised is not None:
-                self.judge.overruled(step, raised)
         v = self.judge.verdict()
         if v is None:
             return None

@@ -156,29 +156,6 @@ class Regrowth:
         bar = self.relapse_bar()
         return bar is not None and loss is not None and loss > bar
 
-    def ended(self, history: History, lr_scale: float) -> str | None:
-        """The run ended with a raise on probation: judged on the steps it had (at least half
-        its probation; fewer: ``None``, as for a raise it bore). Why the run ended at a factor its
-        loss did not bear — a non-finite step, or a loss held above its level before the raise
-        — or ``None``. Nothing is undone: the weights the script keeps are the raised factor's."""
-        if self.probation is None or not len(history):
-            return None
-        at, before, _ceiling, held, noise, _top = self.probation
-        since = [r for r in reversed(list(history.newest(history[-1].step - at))) if r.step > at]
-        losses = [r.loss for r in since if r.finite and r.loss is not None]
-        if len(since) < self.every // 2:
-            return None
-        if any(not r.finite for r in since):
-            why = "a step went non-finite"
-        else:
-            loss = _median(losses[len(losses) // 2:])
-            if held is None or loss is None or loss <= held + max(WORSE * abs(held), noise):
-                return None
-            why = f"the loss's median over its second half is {loss:.4g}, above the {held:.4g} it held before"
-        return (f"the run ended {len(since)} steps after the learning-rate back-off was raised "
-                f"×{before:.3g} → ×{lr_scale:.3g} (step {at}), on probation: {why} — its weights are "
-                "the raised factor's")
-
     def _judge(self, history: History, step: int) -> tuple[float, str] | None:
         """A raise on probation: undone at once on a non-finite step or a loss ten times its
         ceiling; at the end of the probation, when the loss over its second half sits above the

@@ -245,13 +245,6 @@ class OutcomeJudge:
                                 "after the last event, before its loss came back to its healthy level")
         return cur
 
-    def overruled(self, step: int, why: str) -> None:
-        """The run ended on a learning rate it did not bear (a raise of the back-off that failed
-        its probation, judged at the end): a recovered episode is not recovered any more."""
-        cur = self.current
-        if cur is not None and cur.status == "recovered":
-            cur.status, cur.decided_step, cur.reason = "not-recovered", step, why
-
     def _relapsed(self, cur: Outcome, step: int, tail: list[float]) -> None:
         """A recovered episode whose loss, over the run's last healthy steps, is off its level
         again (a back-off that was not enough: the loss swings far above where it came back to)."""
