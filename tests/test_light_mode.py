@@ -144,3 +144,14 @@ def test_source_line_the_same_light_or_twin(monkeypatch: pytest.MonkeyPatch, was
         model(torch.ones(3, 2)).sum().backward()
     assert e.value.finding.op == "aten.log.default" and e.value.finding.module == "1"
     assert e.value.finding.source_code == "return torch.log(x * 0)  # the line"
+
+
+def test_compiled_stays_true_after_a_dynamo_reset() -> None:
+    """``torch._dynamo.reset()`` empties dynamo's table of compiled contexts; what was compiled
+    before it can still run (and compile again), so the modes stay wrapped."""
+    dynamo = importlib.import_module("torch._dynamo")
+    f = torch.compile(lambda t: t + 1, backend="eager")
+    assert _light_mode.compiled()
+    dynamo.reset()
+    assert _light_mode.compiled()
+    assert f(torch.ones(1)).item() == 2.0

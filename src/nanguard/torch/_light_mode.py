@@ -38,18 +38,23 @@ _TWINS: dict[type, type] = {}
 #: how many step recorders and open locators watch for ``torch.compile`` (patched while any does)
 _watchers = 0
 _COMPILE = PatchSet("light dispatch modes: torch.compile")
+_compiled = False  # something was compiled (sticky: see :func:`compiled`)
 
 
 def compiled() -> bool:
     """Was anything compiled in this process (a compiled context made: see the module
-    docstring)? A torch whose dynamo keeps no such table is taken to have compiled."""
+    docstring)? A torch whose dynamo keeps no such table is taken to have compiled. Once true,
+    true for good: ``torch._dynamo.reset()`` empties the table, but what was compiled before it
+    can still be called (and compile again)."""
+    global _compiled
+    if _compiled:
+        return True
     ef = sys.modules.get("torch._dynamo.eval_frame")
     if ef is None:
         return False
     backends = getattr(ef, "cached_backends", None)
-    if not isinstance(backends, dict):
-        return True
-    return any(b is not None for b in backends.values())
+    _compiled = not isinstance(backends, dict) or any(b is not None for b in backends.values())
+    return _compiled
 
 
 class LightMode(TorchDispatchMode):
