@@ -650,10 +650,7 @@ def _op_info(func: Any) -> tuple[bool, bool]:
     info = _OP_INFO.get(func)
     if info is None:
         name = getattr(func, "__name__", str(func))
-        schema = getattr(func, "_schema", None)  # a Python function (``record_call``) has none
-        writes = schema is not None and any(a.alias_info is not None and a.alias_info.is_write
-                                            for a in schema.arguments)
-        info = (any(w in name for w in _RANDOM_WORDS), writes)
+        info = (any(w in name for w in _RANDOM_WORDS), bool(_writes(func)))
         _OP_INFO[func] = info
     return info
 
@@ -663,6 +660,8 @@ _WRITES: dict[Any, tuple[tuple[int | None, str], ...]] = {}
 
 
 def _writes(func: Any) -> tuple[tuple[int | None, str], ...]:
+    """The arguments ``func`` writes in place, read from its schema once (none for a Python
+    function recorded whole, ``record_call``: it has no schema)."""
     w = _WRITES.get(func)
     if w is None:
         schema = getattr(func, "_schema", None)
