@@ -259,3 +259,20 @@ def test_a_gradient_burst_no_higher_than_the_run_has_been_is_not_growing() -> No
     higher = [{"loss": -2.0, "grad_norm": 150.0 * 2.0 ** (k + 1)} for k in range(5)]
     (w,) = _run(quiet + earlier + higher)
     assert w.kind == "gradients-growing" and "300 → 4.8e+03" in w.message
+
+
+def test_a_gradient_burst_no_longer_than_one_the_run_came_back_from_is_not_growing() -> None:
+    """Heavy-tailed gradients burst for 5 steps (×1.4-2 a step, ×17) and fall back; a later
+    burst of 5 steps reaches above the earlier top: no warning while it is no longer than the
+    earlier one; the step it outlasts it (a 6th rise), it is warned."""
+    quiet = [{"loss": -2.0, "grad_norm": 150.0 - (i % 2)} for i in range(20)]  # ends on a fall
+    earlier = [{"loss": -2.0, "grad_norm": g} for g in (270.0, 380.0, 760.0, 1500.0, 2500.0)] + quiet
+    five = [{"loss": -2.0, "grad_norm": 140.0 * 2.0 ** (k + 1)} for k in range(5)]  # to 4480
+    assert [w.kind for w in _run(quiet + earlier + five)] == []
+    six = [*five, {"loss": -2.0, "grad_norm": 140.0 * 2.0 ** 6}]
+    (w,) = _run(quiet + earlier + six)
+    assert (w.kind, w.step) == ("gradients-growing", len(quiet + earlier + six) - 1)
+    # a rise as long that never reached ×10 is not a burst: the later one warns at its 4th rise
+    small = [{"loss": -2.0, "grad_norm": 150.0 * 1.5 ** (k + 1)} for k in range(5)] + quiet  # ×7.6
+    (w,) = _run(quiet + small + five)
+    assert (w.kind, w.step) == ("gradients-growing", len(quiet + small + five) - 2)

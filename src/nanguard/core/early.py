@@ -15,7 +15,10 @@ than of a spike (an edge-of-stability run's loss jumps and comes back within a s
   half's ≥ 0.9 of the older half's: ×1.05 a step from step 0, a prior's sign flipped; said
   without a projected step, which the norm alone cannot give);
 * ``gradients-growing`` — the gradient norm grew ×1.5 or more at each of the last 4 steps and
-  ×10 or more over them;
+  ×10 or more over them, to above anything that optimizer's gradients reached before, in a rise
+  longer than any ×10 rise of them the run came back from (a mixture density net's gradients,
+  ∝ 1/σ², burst for 5 steps every hundred and fall back: a burst like those is not the start
+  of an explosion until it outlasts them);
 
   and for these two and the loss, the growth does not slow down over its window (the newer
   half's rate in logs ≥ 3/4 of the older half's): weights leaving a zero initialisation grow
@@ -226,6 +229,10 @@ class EarlyWarnings:
         self._first_loss: float | None = None  # the run's first finite loss
         self._weight_rises = 0  # consecutive steps the (known) weight norm rose
         self._weight_seen = -1  # the step of the newest weight norm counted
+        #: per optimizer: the gradient norm's current run of rises (its length and the norm it
+        #: rose from) and the longest earlier run of rises ×10 or more it came back from
+        self._grad_rise: dict[str | None, tuple[int, float]] = {}
+        self._grad_burst: dict[str | None, int] = {}
         self._last_seen = -1
         self.on_warning = on_warning
         self._said: set[str] = set()
@@ -282,6 +289,7 @@ class EarlyWarnings:
             self._last_seen = newest.step
             rose = _grew(prev.loss, newest.loss, 1.0)
             self._loss_rises = self._loss_rises + 1 if rose else 0
+            self._count_grad_rise(prev, newest)
         if prev is None:
             return False
         w_new, w_old = (newest, prev) if newest.param_norm is not None else (prev, older)
@@ -296,6 +304,18 @@ class EarlyWarnings:
                 or (w_new.update_ratio or 0.0) >= RATIO_HIGH
                 or (self.low_max is not None and max(abs(newest.loss or 0.0), newest.grad_norm or 0.0)
                     >= self.low_max / HEADROOM))
+
+    def _count_grad_rise(self, prev: StepRecord, newest: StepRecord) -> None:
+        """The gradient norm's run of rises, once a step: a run that ended ×10 or more above
+        where it began is a burst the run came back from (its length kept, per optimizer)."""
+        opt = newest.optimizer
+        n, start = self._grad_rise.get(opt, (0, 0.0))
+        if _grew(prev.grad_norm, newest.grad_norm, 1.0):
+            self._grad_rise[opt] = (n + 1, start if n else float(prev.grad_norm or 0.0))
+            return
+        if n and start > 0 and prev.grad_norm is not None and prev.grad_norm >= GRAD_TOTAL * start:
+            self._grad_burst[opt] = max(n, self._grad_burst.get(opt, 0))
+        self._grad_rise[opt] = (0, 0.0)
 
     # --- the rules -------------------------------------------------------------------------------
     def _weights(self, recs: list[StepRecord]) -> EarlyWarning | None:
@@ -350,6 +370,9 @@ class EarlyWarnings:
             # no higher than this optimizer's gradients have been in the run: a burst of a
             # heavy-tailed gradient (a mixture density net's 1/σ²) that came back before
             return None
+        opt = tail[-1].optimizer
+        if self._grad_rise.get(opt, (0, 0.0))[0] <= self._grad_burst.get(opt, 0):
+            return None  # no longer than a burst of this optimizer's gradients the run came back from
         rate = (vals[-1] / vals[0]) ** (1 / GRAD_STEPS)
         step = tail[-1].step
         return EarlyWarning(step, "gradients-growing",
