@@ -276,3 +276,46 @@ def test_a_gradient_burst_no_longer_than_one_the_run_came_back_from_is_not_growi
     small = [{"loss": -2.0, "grad_norm": 150.0 * 1.5 ** (k + 1)} for k in range(5)] + quiet  # ×7.6
     (w,) = _run(quiet + small + five)
     assert (w.kind, w.step) == ("gradients-growing", len(quiet + small + five) - 2)
+
+
+class _Salary(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 16), nn.ReLU())
+        self.head = nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x)).squeeze(-1)
+
+
+def _salary_run(top: float, how: str) -> list[EarlyWarning]:
+    """Two steps of a regression on targets up to ``top`` whose model outputs float16: under
+    autocast (``"autocast"``), with float16 weights (``"half"``), or under autocast with the
+    prediction rescaled before the loss (``"rescaled"``: the output need not reach the targets)."""
+    torch.manual_seed(0)
+    model = _Salary().half() if how == "half" else _Salary()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(32, 4)
+    y = torch.linspace(top / 4, top, 32)
+
+    def loss() -> torch.Tensor:
+        if how == "half":
+            return F.l1_loss(model(x.half()).float(), y)
+        with torch.autocast("cpu", dtype=torch.float16):
+            pred = model(x)
+        return nn.L1Loss()(pred.float() * (1000.0 if how == "rescaled" else 1.0), y)
+
+    return _guarded_run(model, opt, loss, 2)[0]
+
+
+@pytest.mark.parametrize("how", ["autocast", "half"])
+def test_regression_targets_beyond_float16_are_warned_at_the_first_step(how: str) -> None:
+    (w,) = _salary_run(1.2e5, how)
+    assert (w.step, w.kind) == (0, "low-precision-headroom")
+    assert w.message.startswith("the regression targets reach 1.2e+05, beyond float16's largest value 65504")
+    assert ("under torch.autocast(float16)" if how == "autocast" else "its weights are float16") in w.message
+
+
+@pytest.mark.parametrize(("top", "how"), [(4.2e4, "autocast"), (1.2e5, "rescaled")])
+def test_targets_within_float16_or_a_rescaled_output_are_not_warned(top: float, how: str) -> None:
+    assert _salary_run(top, how) == []

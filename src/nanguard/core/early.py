@@ -42,6 +42,9 @@ than of a spike (an edge-of-stability run's loss jumps and comes back within a s
   weight whose gradient has been exactly 0 at every step so far gets 0/0 at its update. Told
   once, before the optimizer's first update (:func:`eps_zero`, called by the adapter when it
   first sees the optimizer);
+  or, at the end of the first step, a regression loss compares a model's float16 output as it
+  is to targets larger than 65504 (:func:`targets_beyond`): to fit them the output must
+  overflow (raw salaries under ``torch.autocast``);
 * ``latent-hazard`` — on two sampled early steps, an unsafe op on the path to the loss is risky
   by its margin or by a pattern whose singular point is in its domain (``log`` of a softmax,
   ``sqrt`` of a sum of squares): :func:`nanguard.core.hazards.early_warning`, found by the
@@ -63,7 +66,7 @@ from typing import Any
 from .history import History, StepRecord
 from .ops import DTYPE_MAX
 
-__all__ = ["KINDS", "EarlyWarning", "EarlyWarnings", "NonFiniteData", "eps_zero", "projection"]
+__all__ = ["KINDS", "EarlyWarning", "EarlyWarnings", "NonFiniteData", "eps_zero", "projection", "targets_beyond"]
 
 KINDS = ("weights-growing", "gradients-growing", "updates-too-large", "loss-diverging",
          "low-precision-headroom", "data-nonfinite", "latent-hazard", "optimizer-eps-zero")
@@ -138,6 +141,23 @@ def eps_zero(call: str, groups: Sequence[int], n_groups: int, step: int) -> Earl
            "embedding row never looked up, a dead ReLU unit, a masked output) gets 0/0 = NaN at "
            "its update; keep eps at its default (1e-8 for Adam, 1e-7 in Keras) or above")
     return EarlyWarning(step, "optimizer-eps-zero", msg, [f"{call}: eps = 0"])
+
+
+def targets_beyond(step: int, dtype: str, top: float, targets: float, loss: str, model: str,
+                   autocast: bool) -> EarlyWarning:
+    """The ``low-precision-headroom`` warning of a regression whose targets (largest
+    ``|y|`` = ``targets``, in the first batch) are beyond the largest value ``top`` of the
+    ``dtype`` its model outputs (``autocast``: the weights are float32, the output low-precision
+    because of ``torch.autocast``), compared as it is by the ``loss``; said at ``step``."""
+    how = f"under torch.autocast({dtype})" if autocast else f"its weights are {dtype}"
+    return EarlyWarning(
+        step, "low-precision-headroom",
+        f"the regression targets reach {targets:.3g}, beyond {dtype}'s largest value {top:g}, and "
+        f"{loss} compares them to the {dtype} output of `{model}` as it is ({how}): to fit them "
+        f"that output must overflow — scale the targets (standardise them, or divide by "
+        f"{10 ** math.ceil(math.log10(targets / top * 10)):g}) or compute the output layer in float32",
+        [f"largest |target| of the first batch: {targets:.4g}; {dtype}'s largest value: {top:g}",
+         f"the loss: {loss}; `{model}` returns {dtype} ({how})"])
 
 
 def projection(kind: str | None, step: int | None) -> str:

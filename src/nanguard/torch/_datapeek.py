@@ -29,7 +29,7 @@ from ..core.controller import StepController
 from ..core.datalook import MAX_ELEMENTS, Counts, Reader, array_counts, is_array_data, warning
 from ..core.early import NonFiniteData
 from ..core.source import user_frames
-from ._datascale import Collected, collect, measure
+from ._datascale import Collected, collect, measure, targets_beyond_output
 
 __all__ = ["TORCH", "DataLook", "attributes", "counts", "is_data", "peek_dataset", "peek_frames"]
 
@@ -141,6 +141,9 @@ class DataLook:
             self._tensors = got
         else:
             self._scale = measure(got)
+            beyond = targets_beyond_output(captured, 0)
+            if beyond is not None:
+                self.controller.early.add(beyond)
 
     @property
     def scale(self) -> DataScale | None:

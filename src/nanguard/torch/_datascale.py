@@ -18,8 +18,9 @@ from typing import Any
 import torch
 
 from ..core.case import DataScale
+from ..core.early import EarlyWarning, targets_beyond
 
-__all__ = ["Collected", "collect", "measure"]
+__all__ = ["Collected", "collect", "measure", "targets_beyond_output"]
 
 log = logging.getLogger("nanguard")
 
@@ -102,3 +103,62 @@ def measure(got: Collected | None) -> DataScale | None:
     except Exception:  # best-effort evidence: never an error in the user's run
         log.debug("nanguard: the data's scale could not be read", exc_info=True)
         return None
+
+
+def _regression(captured: Sequence[tuple[Any, ...]]) -> tuple[str, Any, Any] | None:
+    """The first regression loss of the capture: its name, prediction and targets."""
+    for c in captured:
+        if c[0] == "op" and len(c[2]) >= 2:
+            return c[1], c[2][0], c[2][1]
+        if c[0] == "call" and type(c[1]).__name__ in _LOSS_MODULES and len(c[2]) >= 2:
+            return type(c[1]).__name__, c[2][0], c[2][1]
+    return None
+
+
+def _is_output(pred: Any, out: torch.Tensor) -> bool:
+    """Is the loss's prediction the model's low-precision output itself (cast or reshaped, not
+    rescaled: ``pred.float() * std + mean`` is not)? One comparison, at the first step's end."""
+    if not isinstance(pred, torch.Tensor) or pred.numel() != out.numel() or not pred.is_floating_point():
+        return False
+    return bool(torch.equal(pred.detach().reshape(out.shape).to(out.dtype), out.detach()))
+
+
+def targets_beyond_output(captured: Sequence[tuple[Any, ...]] | None, step: int) -> EarlyWarning | None:
+    """At the end of the first step: a regression whose loss compares a model's float16 (or
+    bfloat16) output, as it is, to targets larger than that dtype's largest value — to fit them
+    the output must overflow (raw salaries in dollars under ``torch.autocast``). Best-effort."""
+    if not captured:
+        return None
+    try:
+        found = _regression(captured)
+        if found is None:
+            return None
+        loss, pred, targets = found
+        for c in captured:
+            if c[0] != "out" or type(c[1]).__name__ in _LOSS_MODULES:
+                continue
+            for out in _flat_tensors(c[2]):
+                if out.dtype not in (torch.float16, torch.bfloat16) or not _is_output(pred, out):
+                    continue
+                ys = list(_data(targets))
+                top = float(torch.finfo(out.dtype).max)
+                big = _absmax(ys) if ys else None
+                if big is not None and big > top:
+                    autocast = any(p.dtype == torch.float32 for p in c[1].parameters())
+                    return targets_beyond(step, str(out.dtype).removeprefix("torch."), top, big, loss,
+                                          type(c[1]).__name__, autocast)
+        return None
+    except Exception:  # best-effort evidence: never an error in the user's run
+        log.debug("nanguard: the targets' scale could not be read", exc_info=True)
+        return None
+
+
+def _flat_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _flat_tensors(v)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _flat_tensors(v)

@@ -320,7 +320,8 @@ class StepRecorder:
         #: until the first step ends: the script's torch calls per line (set by the session)
         self.calls: ScriptCalls | None = None
         #: until the first step ends (set by the data look): the model calls' and the regression
-        #: losses' own arguments, ``("call", module, args, kwargs)`` / ``("op", name, args)``
+        #: losses' own arguments, ``("call", module, args, kwargs)`` / ``("op", name, args)``,
+        #: and what each recorded model call returned, ``("out", module, output)``
         self.capture: list[tuple[Any, ...]] | None = None
 
     # --- the step's facts, as the guard reads them ------------------------------------------------
@@ -588,6 +589,8 @@ class StepRecorder:
                 ev.n_out = self._register_outputs(idx, outs)
                 if ev.grad_enabled:  # a training forward (not the many no_grad ones of RL)
                     self._outputs.update(_carry_key(t) for t in outs if t.is_floating_point())
+            if self.capture is not None:
+                self.capture.append(("out", mod, output))
         self.facts.pending_root = None
         if not self.paused:
             self.tape_on()
