@@ -500,3 +500,40 @@ def test_an_exp_in_float16_is_a_pattern_unless_taken_in_float32_or_minus_the_max
         assert h.stable_form is not None and "x.float()" in h.stable_form
     else:
         assert half == []
+
+
+def _hand_written_lars(eps: float, steps: int) -> tuple[list[Hazard], int, int]:
+    """A hand-written LARS (no torch.optim): the trust ratio |w| / |g| under no_grad, through a
+    momentum buffer into the weights. The check's hazards, its steps and the updates that ran."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    bufs = [torch.zeros_like(p) for p in model.parameters()]
+    x, y = torch.randn(32, 6), torch.randint(0, 3, (32,))
+    updates = 0
+    with nanguard.check(steps=steps) as hz:
+        for _ in range(100):  # stopped by the check when the backward after the last step begins
+            for p in model.parameters():
+                p.grad = None
+            F.multi_margin_loss(model(x), y).backward()
+            with torch.no_grad():
+                for p, buf in zip(model.parameters(), bufs):
+                    assert p.grad is not None
+                    g = p.grad.norm()
+                    trust = 0.02 * p.norm() / (g + eps if eps else g)
+                    buf.mul_(0.9).add_(p.grad * trust)
+                    p.sub_(0.1 * buf)
+            updates += 1
+    return hz.hazards, hz.steps, updates
+
+
+def test_a_hand_written_updates_division_by_a_gradient_norm_is_a_pattern_and_its_steps_are_counted() -> None:
+    hazards, steps, updates = _hand_written_lars(0.0, 4)
+    assert (steps, updates) == (4, 4)
+    (h,) = _risky(hazards)
+    assert (h.op, h.pattern, h.module) == ("div", "division by a norm that can be 0", None)
+    assert h.source_code == "trust = 0.02 * p.norm() / (g + eps if eps else g)"
+
+
+def test_a_hand_written_update_with_a_floor_under_its_divisor_is_not_risky() -> None:
+    hazards, steps, _ = _hand_written_lars(1e-8, 3)
+    assert steps == 3 and _risky(hazards) == []

@@ -33,6 +33,7 @@ from ..core.source import user_frame
 from . import _autograd, _fn_regions
 from ._light_mode import LightMode
 from ._modules import ModuleStack
+from ._recorder import mutated_args
 from ._recurrence import Gain, RecurrenceProbe
 from ._rows import RowTrace
 
@@ -209,6 +210,7 @@ class HazardMode(LightMode):
         #: while an op runs; ``None``: the op is on the graph, observations go to the book)
         self.pending: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._held: list[dict[str, Any]] | None = None
+        self._updating = False  # the op being looked at runs under no_grad (``_no_grad``)
         self._region: _fn_regions.Region | None = None  # of the op being looked at
         self.rows = RowTrace()
         #: a parameter read by an unsafe op -> (step, margin) when first seen (shared by the
@@ -285,7 +287,8 @@ class HazardMode(LightMode):
         self._made(op, args, prods, out)  # also under no_grad: gaussian_nll_loss clamps var there
         region = _fn_regions.current()
         if not torch.is_grad_enabled() and region is None:
-            return out  # not on the path to the loss (a metric, an evaluation)
+            self._no_grad(func, args, kwargs, tensors, prods, op, out)
+            return out
         self._region = region
         if region is not None or any(t.requires_grad for t in tensors):
             # inside a custom Function's own code everything makes its output or its gradient
@@ -303,6 +306,31 @@ class HazardMode(LightMode):
                 if isinstance(o, torch.Tensor):
                     self.pending[o] = held
         return out
+
+    def _no_grad(self, func: Any, args: Any, kwargs: Any, tensors: list[torch.Tensor],
+                 prods: tuple[Any, ...], op: str, out: Any) -> None:
+        """An op under ``no_grad`` outside an optimizer's ``step()``: a metric, an evaluation —
+        or a hand-written update (LARS's trust ratio ``|w| / |g|``, ``p -= lr * g / g.norm()``).
+        Its unsafe ops are held on their results like data-only ones, carried through the
+        ``no_grad`` ops after them (a momentum buffer updated in place), and go into the book
+        when an in-place op writes one into a weight (a leaf that requires grad)."""
+        written = mutated_args(func, args, kwargs)
+        if any(t.is_leaf and t.requires_grad for t in written):
+            self._commit(tensors)
+            return
+        self._held = [p for t in tensors for p in self.pending.get(t, ())][:_MAX_HELD]
+        self._updating = True
+        try:
+            self._observe(op, args, tensors, prods, out)
+        except RuntimeError:
+            pass  # a tensor that cannot be reduced (meta, sparse): nothing to say
+        finally:
+            self._updating = False
+        held, self._held = self._held, None
+        if held:
+            for o in [*written, *(out if isinstance(out, (tuple, list)) else (out,))]:
+                if isinstance(o, torch.Tensor):
+                    self.pending[o] = held
 
     def _commit(self, tensors: list[torch.Tensor]) -> None:
         """An op on the autograd graph reads these: what data-only ops held on them reaches
@@ -427,8 +455,8 @@ class HazardMode(LightMode):
             "module": path or None, "pattern": pattern[0] if pattern else None,
             "stable_form": pattern[1] if pattern else None, "guarded": guarded,
             "pattern_edge": pattern[2] if pattern else None}
-        if self._held is not None:
-            self._held.append({**kw, "data_only": True})
+        if self._held is not None:  # data only (until it meets the graph), or not yet in an update
+            self._held.append({**kw, "data_only": not self._updating})
             return None
         key = self.book.observe(**kw)
         if raw is not None and type(raw[0]) is torch.nn.Parameter and not guarded:  # not a DTensor's shard
@@ -492,7 +520,9 @@ class HazardCheck:
 
 @contextlib.contextmanager
 def check(steps: int | None = None) -> Iterator[HazardCheck]:
-    """Watch every unsafe op on the path to the loss; stop after ``steps`` optimizer steps.
+    """Watch every unsafe op on the path to the loss; stop after ``steps`` optimizer steps (in a
+    script that updates its weights by hand, with no ``torch.optim`` optimizer: after ``steps``
+    backward passes and the update after the last, when the next backward begins).
 
     Runs around the training loop::
 
@@ -507,17 +537,24 @@ def check(steps: int | None = None) -> Iterator[HazardCheck]:
     stack = ModuleStack()
     mode = HazardMode(hz.book, stack)
 
+    hand = _HandSteps(hz, mode)
+
     def pre(opt: Any, a: Any, k: Any) -> None:
         mode.in_optimizer += 1
+        hand.on = False  # an optimizer counts the steps from now on
 
     def post(opt: Any, a: Any, k: Any) -> None:
-        mode.step_done()  # the step's ops pass through the mode until in_optimizer drops
         mode.in_optimizer -= 1
-        hz.book.steps += 1
+        if hand.last_counted:  # its backward was counted as the step already
+            hand.last_counted = False
+        else:
+            mode.step_done()  # the step's ops pass through the mode until in_optimizer drops
+            hz.book.steps += 1
         if hz.limit is not None and hz.book.steps >= hz.limit:
             raise CheckDone(f"the {hz.book.steps} steps checked are done")
 
     handle = _autograd.add_optimizer_listener(pre, post)
+    by_hand = _autograd.add_backward_listener(hand)
     stack.install()
     try:
         with mode:
@@ -527,3 +564,27 @@ def check(steps: int | None = None) -> Iterator[HazardCheck]:
     finally:
         stack.remove()
         handle.remove()
+        by_hand.remove()
+
+
+class _HandSteps(_autograd.BackwardListener):
+    """The check's steps in a script with no ``torch.optim`` optimizer: one per backward pass,
+    until an optimizer steps (from then on its steps are counted; the backward just before it
+    was its step's); the check stops when the backward after the last checked step begins —
+    that step's update has run."""
+
+    def __init__(self, hz: HazardCheck, mode: HazardMode) -> None:
+        self.hz, self.mode = hz, mode
+        self.on = True
+        self.last_counted = False
+
+    def before(self, kind: str, roots: Any, grads: Any, inputs: Any) -> None:
+        hz = self.hz
+        if self.on and kind == "backward" and hz.limit is not None and 0 < hz.limit <= hz.book.steps:
+            raise CheckDone(f"the {hz.book.steps} steps checked are done")
+
+    def after(self, kind: str, roots: Any, inputs: Any, result: Any) -> None:
+        if self.on and kind == "backward" and not self.mode.in_optimizer:
+            self.mode.step_done()
+            self.hz.book.steps += 1
+            self.last_counted = True
