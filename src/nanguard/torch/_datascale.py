@@ -19,6 +19,7 @@ import torch
 
 from ..core.case import DataScale
 from ..core.early import EarlyWarning, targets_beyond
+from ._stats import iter_tensors
 
 __all__ = ["Collected", "collect", "measure", "targets_beyond_output"]
 
@@ -137,7 +138,7 @@ def targets_beyond_output(captured: Sequence[tuple[Any, ...]] | None, step: int)
         for c in captured:
             if c[0] != "out" or type(c[1]).__name__ in _LOSS_MODULES:
                 continue
-            for out in _flat_tensors(c[2]):
+            for out in iter_tensors(c[2]):
                 if out.dtype not in (torch.float16, torch.bfloat16) or not _is_output(pred, out):
                     continue
                 ys = list(_data(targets))
@@ -152,13 +153,3 @@ def targets_beyond_output(captured: Sequence[tuple[Any, ...]] | None, step: int)
         log.debug("nanguard: the targets' scale could not be read", exc_info=True)
         return None
 
-
-def _flat_tensors(obj: Any) -> Iterator[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _flat_tensors(v)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _flat_tensors(v)
