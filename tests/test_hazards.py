@@ -224,6 +224,13 @@ def test_acos_of_a_cosine_is_a_pattern_and_a_clamp_inside_one_guards_it() -> Non
     (g,) = [h for h in _train(clamped) if h.op == "acos"]
     assert (g.risk, g.guarded, g.pattern) == ("low", True, None)
 
+    def to_one(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # clamp(-1, 1): the edge itself
+        c = F.cosine_similarity(out[:, :2], out[:, 2:], dim=1).clamp(-1.0, 1.0)
+        return F.cross_entropy(out, y) + 1e-3 * torch.acos(c).mean()
+
+    (e,) = [h for h in _risky(_train(to_one)) if h.op == "acos"]
+    assert (e.risk, e.guarded) == ("medium", False) and "cosine-like" in str(e.pattern)
+
 
 class _Standardize(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -106,6 +106,8 @@ def _parents(p: Prod | None) -> set[str]:
 Pattern = tuple[str, str, float | None]
 #: ops defined on [-1, 1] only, whose gradient is infinite at ±1
 _UNIT = frozenset({"acos", "asin", "atanh"})
+#: the producer label of a clamp strictly inside ±1 (a floor, and what guards an acos)
+_CLAMP_INSIDE = "clamp(inside ±1)+eps"
 _UNIT_PATTERN: Pattern = (
     "of a cosine-like value (inside ±1 only in exact arithmetic): rounding takes it past ±1 (NaN), "
     "and its gradient is infinite at ±1", "torch.acos(c.clamp(-1 + 1e-7, 1 - 1e-7))  # asin alike", None)
@@ -175,6 +177,13 @@ def _match(op: str, prod: Prod | None, exponent: float | None) -> tuple[str, str
             return ("division by a norm that can be 0",
                     "F.normalize(x, dim=-1)  # or F.cosine_similarity(a, b, dim=-1, eps=1e-8)")
     return None
+
+
+def _inside_unit(args: Any) -> bool:
+    """``c.clamp(-1 + 1e-7, 1 - 1e-7)``: both bounds given, strictly inside ±1."""
+    bounds = args[1:3]
+    return len(bounds) == 2 and all(isinstance(b, (int, float)) and not isinstance(b, bool) and abs(b) < 1
+                                    for b in bounds)
 
 
 def _positive_scalar(args: Any) -> bool:
@@ -349,6 +358,8 @@ class HazardMode(LightMode):
                 return
         else:
             label = op + "+eps" if op in _FLOORS and _positive_scalar(args) else op
+            if label == "clamp+eps" and _inside_unit(args):
+                label = _CLAMP_INSIDE  # the floor of an acos: strictly inside ±1
             made = (label, tuple(_trunc(p, 3) for p in prods))  # 4 levels: exp(x - max) is seen
         for o in (out if isinstance(out, (tuple, list)) else (out,)):  # max.dim: (values, indices)
             if isinstance(o, torch.Tensor):
@@ -381,7 +392,8 @@ class HazardMode(LightMode):
                       _pattern("pow", prods[0], e))
         elif op in _UNIT:
             m = 1.0 - _max_abs(x)  # the distance to the edge of the domain
-            inside = _guarded(prods[0]) and m > 0  # clamped strictly inside ±1
+            # clamped strictly inside ±1 (``clamp(-1, 1)`` is not: acos' gradient is infinite at 1)
+            inside = prods[0] is not None and prods[0][0] == _CLAMP_INSIDE and m > 0
             self._add(op, "edge", m, x.dtype, None if inside else _UNIT_PATTERN, inside)
         elif op in ("exp", "expm1"):
             left = math.log(MAX.get(_name(x.dtype), MAX["float32"])) - _max(x)
