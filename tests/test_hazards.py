@@ -544,3 +544,19 @@ def test_a_hand_written_updates_division_by_a_gradient_norm_is_a_pattern_and_its
 def test_a_hand_written_update_with_a_floor_under_its_divisor_is_not_risky() -> None:
     hazards, steps, _ = _hand_written_lars(1e-8, 3)
     assert steps == 3 and _risky(hazards) == []
+
+
+@pytest.mark.parametrize("as_float", [False, True])
+def test_a_mean_over_the_model_values_that_pass_a_test_is_a_pattern(as_float: bool) -> None:
+    """A hinge loss averaged over its active terms (``losses.sum() / (losses > 0).sum()``, the
+    count an integer tensor or cast to float): training drives the count to 0 — risky however
+    many are active now; a mean over a data mask's count stays the wide-count case."""
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        losses = F.relu(1.0 - out.gather(1, y[:, None]).squeeze(1) + out.mean(1))
+        active = losses > 0
+        return losses.sum() / (active.float().sum() if as_float else active.sum())  # the active mean
+
+    (h,) = _risky(_train(loss))
+    assert (h.op, h.risk) == ("div", "medium") and str(h.pattern).startswith("division by the number of the model's")
+    assert h.source is not None and h.source.endswith(f"test_hazards.py:{_line('the active mean', 0)}")
+    assert h.margin >= 1  # many are active now: the pattern, not the margin, makes it risky

@@ -51,11 +51,15 @@ _SQUARES = frozenset({"pow", "mul", "square"})
 #: (``log(softmax(x).gather(1, y))`` is a log of a softmax)
 _PASS = frozenset({
     "view", "_unsafe_view", "reshape", "squeeze", "unsqueeze", "expand", "permute", "transpose", "t",
-    "clone", "contiguous", "_to_copy", "alias", "detach", "gather", "index", "index_select", "select",
+    "clone", "contiguous", "alias", "detach", "gather", "index", "index_select", "select",
     "slice", "narrow", "take_along_dim", "flatten", "unflatten", "split", "split_with_sizes", "chunk",
     "unbind", "masked_select", "repeat", "lift_fresh",
 })
 _NORMS = frozenset({"linalg_vector_norm", "norm"})
+_COMPARE = frozenset({"gt", "lt", "ge", "le"})
+_ON_MODEL = " of the model's values"
+#: producer labels of a comparison of the model's values: what a count of them is made by
+_COUNTED = frozenset(c + _ON_MODEL for c in _COMPARE)
 _PROBS = frozenset({"_softmax", "softmax", "exp", "sigmoid"})
 _FLOORS = frozenset({"add", "clamp", "clamp_min"})  # ops that put a floor under a value
 _LOW = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -170,6 +174,10 @@ def _match(op: str, prod: Prod | None, exponent: float | None) -> tuple[str, str
         if op == "div" and src == "sum" and "exp" in parents and not _ops(prod) & {"amax", "max"}:
             return ("a hand-written softmax (exp / exp.sum): exp overflows for inputs above ~88",
                     "torch.softmax(x, dim=-1)")
+        if op == "div" and src in _SUMS and parents & _COUNTED:
+            return ("division by the number of the model's values that pass a test (the active "
+                    "triplets, the violated margins): training drives it to 0",
+                    "loss.sum() / n.clamp_min(1)  # or the mean over all of them")
         if op == "div" and src in _SUMS:
             return ("division by a sum (a count, a mask's total) that can be 0",
                     "x / s.clamp_min(1e-8)  # or s + eps; a masked mean: .clamp_min(1) on the count")
@@ -350,16 +358,19 @@ class HazardMode(LightMode):
                 self.book.observe(**kw)
 
     def _made(self, op: str, args: Any, prods: tuple[Any, ...], out: Any) -> None:
-        """Remember which op made each output (through ops that only move values)."""
-        if op in _PASS:
-            if prods and prods[0] is not None:
-                made = prods[0]
-            else:
+        """Remember which op made each output (through ops that only move values; a cast,
+        ``_to_copy`` or ``copy_`` — both ``copy`` here — from its source, the last tensor)."""
+        if op in _PASS or op == "copy":
+            src = (prods[-1] if op == "copy" else prods[0]) if prods else None
+            if src is None:
                 return
+            made = src
         else:
             label = op + "+eps" if op in _FLOORS and _positive_scalar(args) else op
             if label == "clamp+eps" and _inside_unit(args):
                 label = _CLAMP_INSIDE  # the floor of an acos: strictly inside ±1
+            elif op in _COMPARE and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args[:2]):
+                label = op + _ON_MODEL  # a test of the model's values (``losses > 0``), not of the data
             made = (label, tuple(_trunc(p, 3) for p in prods))  # 4 levels: exp(x - max) is seen
         for o in (out if isinstance(out, (tuple, list)) else (out,)):  # max.dim: (values, indices)
             if isinstance(o, torch.Tensor):
@@ -376,7 +387,7 @@ class HazardMode(LightMode):
                       _guarded(prods[0]), raw=(x, "log1p" if op == "log1p" else "min"))
         elif op == "div" and len(args) > 1 and isinstance(args[1], torch.Tensor) and args[1].numel():
             d = args[1]
-            if d.is_floating_point():
+            if not d.is_complex() and d.dtype != torch.bool:  # a count may be an integer tensor
                 dp = prods[1] if len(prods) > 1 else None
                 pat = _pattern("div", dp)
                 exp_key = self.exp_keys.get(x) if pat and pat[0].startswith("a hand-written softmax") else None
