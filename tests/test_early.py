@@ -294,6 +294,9 @@ def _salary_run(top: float, how: str) -> list[EarlyWarning]:
     prediction rescaled before the loss (``"rescaled"``: the output need not reach the targets)."""
     torch.manual_seed(0)
     model = _Salary().half() if how == "half" else _Salary()
+    if how == "zero-head":
+        nn.init.zeros_(model.head.weight)
+        nn.init.zeros_(model.head.bias)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.randn(32, 4)
     y = torch.linspace(top / 4, top, 32)
@@ -303,7 +306,7 @@ def _salary_run(top: float, how: str) -> list[EarlyWarning]:
             return F.l1_loss(model(x.half()).float(), y)
         with torch.autocast("cpu", dtype=torch.float16):
             pred = model(x)
-        return nn.L1Loss()(pred.float() * (1000.0 if how == "rescaled" else 1.0), y)
+        return nn.L1Loss()(pred.float() * (1000.0 if how in ("rescaled", "zero-head") else 1.0), y)
 
     return _guarded_run(model, opt, loss, 2)[0]
 
@@ -316,6 +319,53 @@ def test_regression_targets_beyond_float16_are_warned_at_the_first_step(how: str
     assert ("under torch.autocast(float16)" if how == "autocast" else "its weights are float16") in w.message
 
 
-@pytest.mark.parametrize(("top", "how"), [(4.2e4, "autocast"), (1.2e5, "rescaled")])
+@pytest.mark.parametrize(("top", "how"), [(4.2e4, "autocast"), (1.2e5, "rescaled"), (1.2e5, "zero-head")])
 def test_targets_within_float16_or_a_rescaled_output_are_not_warned(top: float, how: str) -> None:
+    """Targets below 65504; an output rescaled before the loss; a zero-initialised output layer
+    rescaled (at step 0 it equals any rescaling of itself: no telling)."""
     assert _salary_run(top, how) == []
+
+
+def test_a_slow_climb_or_a_paused_rise_is_no_burst_to_excuse_a_later_explosion() -> None:
+    """A 60-step warm-up climb of the gradient norm (×30 over it), and a rise that pauses for
+    one step without coming back, are not bursts the run came back from: the ×2-a-step
+    explosion after each is warned at its 4th rise, as in a run without them. A skipped step
+    (a loss scaler's, no norm) in the middle of a rise neither ends nor counts in it."""
+    climb = [{"loss": 1.0, "grad_norm": 0.1 * 1.06 ** i} for i in range(60)]  # ×33
+    settle = [{"loss": 1.0, "grad_norm": 1.0 - 0.01 * (i % 2)} for i in range(10)]
+    boom = [{"loss": 1.0, "grad_norm": 2.0 ** (k + 1)} for k in range(6)]
+    (w,) = _run(climb + settle + boom)
+    assert (w.kind, w.step) == ("gradients-growing", len(climb + settle) + 3)
+    paused = [{"loss": 1.0, "grad_norm": 1.4 ** k} for k in range(8)] + [{"loss": 1.0, "grad_norm": 9.0}]
+    on = [{"loss": 1.0, "grad_norm": 9.0 * 2.0 ** (k + 1)} for k in range(5)]  # ×10.5, paused, on ×2
+    (w,) = _run(settle + paused + on)
+    assert (w.kind, w.step) == ("gradients-growing", len(settle + paused) + 3)
+    h, ew = History(), EarlyWarnings()
+    recs = [*settle, *boom[:2], {"loss": None, "grad_norm": None, "skipped": True}, *boom[2:]]
+    for i, r in enumerate(recs):
+        h.append(StepRecord(step=i, **r))
+        ew.observe(h)
+    assert ew._grad_rise.get(None, (0, 0.0))[0] == 6  # the skip did not end the rise
+
+
+def test_the_first_steps_capture_keeps_one_model_output_however_many_evaluations_run_first() -> None:
+    """Evaluation forwards before the first training step (no graph) leave no output in the
+    capture the targets' check reads: only the model's first forward with grad, one batch."""
+    torch.manual_seed(0)
+    model = _Salary()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    guard = nanguard.attach(model, opt)
+    try:
+        with torch.no_grad():
+            for _ in range(5):
+                model(torch.randn(64, 4))
+        out = model(torch.randn(32, 4))
+        capture = guard.recorder.capture
+        assert capture is not None
+        outs = [c for c in capture if c[0] == "out"]
+        assert len(outs) == 1 and outs[0][2] is out
+        F.l1_loss(out, torch.zeros(32)).backward()
+        opt.step()
+        assert guard.recorder.capture is None  # let go when the first step ends
+    finally:
+        guard.detach()

@@ -560,3 +560,58 @@ def test_a_mean_over_the_model_values_that_pass_a_test_is_a_pattern(as_float: bo
     assert (h.op, h.risk) == ("div", "medium") and str(h.pattern).startswith("division by the number of the model's")
     assert h.source is not None and h.source.endswith(f"test_hazards.py:{_line('the active mean', 0)}")
     assert h.margin >= 1  # many are active now: the pattern, not the margin, makes it risky
+
+
+def test_autograds_own_backward_is_no_hand_written_update() -> None:
+    """A hand-written update after ``sqrt(w**2 + eps)``: the division inside the sqrt's backward
+    (autograd's, grad mode off) is not the user's op and not a hazard."""
+    torch.manual_seed(0)
+    w = torch.randn(8, requires_grad=True)
+    with nanguard.check(steps=3) as hz:
+        for _ in range(10):
+            torch.sqrt(w ** 2 + 1e-14).sum().backward()
+            with torch.no_grad():
+                assert w.grad is not None
+                w -= 0.1 * w.grad
+                w.grad = None
+    assert hz.steps == 3
+    assert [h.op for h in hz.hazards] == ["sqrt"] and _risky(hz.hazards) == []
+
+
+def test_gradient_accumulation_counts_optimizer_steps_only() -> None:
+    """4 backward passes per ``optimizer.step()``: the check's steps are the optimizer's."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    backwards = 0
+    with nanguard.check(steps=2) as hz:
+        for _ in range(10):
+            for _ in range(4):
+                model(torch.randn(8, 4)).pow(2).mean().backward()
+                backwards += 1
+            opt.step()
+            opt.zero_grad()
+    assert (hz.steps, backwards) == (2, 8)
+
+
+@pytest.mark.parametrize("through", ["p", "p.data"])
+def test_a_hand_written_update_through_data_and_a_momentum_buffer_keeps_its_newest_margin(through: str) -> None:
+    """``p.data.sub_(...)`` writes the weight's storage as ``p.sub_`` does; the divisor's
+    margin carried through a momentum buffer is the newest step's, not the first one's."""
+    torch.manual_seed(0)
+    w = nn.Parameter(torch.randn(6))
+    buf = torch.zeros(6)
+    scale = [1.0]
+    with nanguard.check(steps=30) as hz:
+        for _ in range(100):
+            (w * torch.randn(6)).sum().backward()
+            with torch.no_grad():
+                assert w.grad is not None
+                g = w.grad * scale[0]
+                buf.mul_(0.9).add_(g / g.norm())  # normalised gradient descent
+                (w if through == "p" else w.data).sub_(0.01 * buf)
+                w.grad = None
+            scale[0] *= 0.5  # the gradient's norm halves every step
+    assert hz.steps == 30
+    (h,) = [h for h in hz.hazards if h.op == "div"]
+    assert h.pattern == "division by a norm that can be 0" and h.margin < 1e-6 and h.calls >= 25

@@ -16,9 +16,10 @@ than of a spike (an edge-of-stability run's loss jumps and comes back within a s
   without a projected step, which the norm alone cannot give);
 * ``gradients-growing`` — the gradient norm grew ×1.5 or more at each of the last 4 steps and
   ×10 or more over them, to above anything that optimizer's gradients reached before, in a rise
-  longer than any ×10 rise of them the run came back from (a mixture density net's gradients,
-  ∝ 1/σ², burst for 5 steps every hundred and fall back: a burst like those is not the start
-  of an explosion until it outlasts them);
+  longer than any burst of them the run came back from (up to 8 rises, ×10 over them, then back
+  below the peak / √10 within 3 steps: a mixture density net's gradients, ∝ 1/σ², burst for 5
+  steps every hundred and fall back — a burst like those is not the start of an explosion until
+  it outlasts them);
 
   and for these two and the loss, the growth does not slow down over its window (the newer
   half's rate in logs ≥ 3/4 of the older half's): weights leaving a zero initialisation grow
@@ -77,6 +78,9 @@ WEIGHT_GROWTH, WEIGHT_TOTAL = 1.25, {1: 4.0, 2: 3.0, 3: 1.25 ** 3}
 WEIGHT_SLOW_STEPS, WEIGHT_SLOW_TOTAL, SUSTAINED_SLOW = 20, 2.0, 0.9
 HEADROOM = 4.0  # a float16 loss or gradient norm within this factor of 65504
 GRAD_GROWTH, GRAD_STEPS, GRAD_TOTAL = 1.5, 4, 10.0
+#: a burst the run came back from: at most this many rises, ×10 over them, then the norm back
+#: below its peak / √10 within this many steps (a slow climb, or a pause in one, is none)
+GRAD_BURST_STEPS, GRAD_BURST_BACK = 8, 3
 RATIO_HIGH, RATIO_STEPS = 1.0, 3
 LOSS_STEPS, LOSS_TOTAL, LOSS_CONTEXT = 4, 10.0, 50
 #: or ×10 or more at each of the last 3 steps (×1000 over them): a step sooner
@@ -253,6 +257,9 @@ class EarlyWarnings:
         #: rose from) and the longest earlier run of rises ×10 or more it came back from
         self._grad_rise: dict[str | None, tuple[int, float]] = {}
         self._grad_burst: dict[str | None, int] = {}
+        #: a run of rises that ended ×10 up, waiting to come back: (its length, its peak, the
+        #: steps it has left to)
+        self._grad_cand: dict[str | None, tuple[int, float, int]] = {}
         self._last_seen = -1
         self.on_warning = on_warning
         self._said: set[str] = set()
@@ -326,15 +333,32 @@ class EarlyWarnings:
                     >= self.low_max / HEADROOM))
 
     def _count_grad_rise(self, prev: StepRecord, newest: StepRecord) -> None:
-        """The gradient norm's run of rises, once a step: a run that ended ×10 or more above
-        where it began is a burst the run came back from (its length kept, per optimizer)."""
+        """The gradient norm's run of rises, once a step (a skipped step or one without a norm
+        changes nothing). A run of at most :data:`GRAD_BURST_STEPS` rises that ended ×10 or more
+        above where it began, and whose norm then fell to within √10 of that start's scale —
+        below its peak / √10 — within :data:`GRAD_BURST_BACK` steps, is a burst the run came back
+        from: its length is kept, per optimizer (a slow climb, or one that only paused, is not)."""
+        g = newest.grad_norm
+        if newest.skipped or g is None or not math.isfinite(g):
+            return
         opt = newest.optimizer
+        cand = self._grad_cand.pop(opt, None)
+        if cand is not None:
+            n, peak, left = cand
+            if g <= peak / math.sqrt(GRAD_TOTAL):
+                self._grad_burst[opt] = max(n, self._grad_burst.get(opt, 0))
+            elif left > 1:
+                self._grad_cand[opt] = (n, peak, left - 1)
         n, start = self._grad_rise.get(opt, (0, 0.0))
-        if _grew(prev.grad_norm, newest.grad_norm, 1.0):
+        if _grew(prev.grad_norm, g, 1.0):
             self._grad_rise[opt] = (n + 1, start if n else float(prev.grad_norm or 0.0))
             return
-        if n and start > 0 and prev.grad_norm is not None and prev.grad_norm >= GRAD_TOTAL * start:
-            self._grad_burst[opt] = max(n, self._grad_burst.get(opt, 0))
+        top = prev.grad_norm
+        if 0 < n <= GRAD_BURST_STEPS and start > 0 and top is not None and top >= GRAD_TOTAL * start:
+            if g <= top / math.sqrt(GRAD_TOTAL):  # already back at its first fall
+                self._grad_burst[opt] = max(n, self._grad_burst.get(opt, 0))
+            else:
+                self._grad_cand[opt] = (n, top, GRAD_BURST_BACK)
         self._grad_rise[opt] = (0, 0.0)
 
     # --- the rules -------------------------------------------------------------------------------

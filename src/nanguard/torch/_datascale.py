@@ -121,6 +121,8 @@ def _is_output(pred: Any, out: torch.Tensor) -> bool:
     rescaled: ``pred.float() * std + mean`` is not)? One comparison, at the first step's end."""
     if not isinstance(pred, torch.Tensor) or pred.numel() != out.numel() or not pred.is_floating_point():
         return False
+    if not bool(out.detach().any()):
+        return False  # a zero-initialised output layer equals any rescaling of itself: no telling
     return bool(torch.equal(pred.detach().reshape(out.shape).to(out.dtype), out.detach()))
 
 

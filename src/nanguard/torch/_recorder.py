@@ -321,8 +321,9 @@ class StepRecorder:
         self.calls: ScriptCalls | None = None
         #: until the first step ends (set by the data look): the model calls' and the regression
         #: losses' own arguments, ``("call", module, args, kwargs)`` / ``("op", name, args)``,
-        #: and what each recorded model call returned, ``("out", module, output)``
+        #: and what the first recorded model call with grad returned, ``("out", module, output)``
         self.capture: list[tuple[Any, ...]] | None = None
+        self._out_captured = False
 
     # --- the step's facts, as the guard reads them ------------------------------------------------
     @property
@@ -589,7 +590,9 @@ class StepRecorder:
                 ev.n_out = self._register_outputs(idx, outs)
                 if ev.grad_enabled:  # a training forward (not the many no_grad ones of RL)
                     self._outputs.update(_carry_key(t) for t in outs if t.is_floating_point())
-            if self.capture is not None:
+            if (self.capture is not None and ev.grad_enabled and not self._out_captured
+                    and next(iter(mod.parameters()), None) is not None):
+                self._out_captured = True  # the model's first training forward only: one batch
                 self.capture.append(("out", mod, output))
         self.facts.pending_root = None
         if not self.paused:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -187,6 +187,21 @@ def _match(op: str, prod: Prod | None, exponent: float | None) -> tuple[str, str
     return None
 
 
+def _storage_ptr(t: torch.Tensor) -> int | None:
+    """The address of ``t``'s storage (``None`` for one without: meta, a tensor subclass)."""
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+def _newest(held: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Held observations, the newest per op site (a momentum buffer carries one site's every
+    step), at most :data:`_MAX_HELD` of them, the newest kept."""
+    by_site = {(h["op"], h["kind"], h["source"], h["module"]): h for h in held}
+    return list(by_site.values())[-_MAX_HELD:]
+
+
 def _inside_unit(args: Any) -> bool:
     """``c.clamp(-1 + 1e-7, 1 - 1e-7)``: both bounds given, strictly inside ±1."""
     bounds = args[1:3]
@@ -228,6 +243,10 @@ class HazardMode(LightMode):
         self.pending: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._held: list[dict[str, Any]] | None = None
         self._updating = False  # the op being looked at runs under no_grad (``_no_grad``)
+        #: the storages of the weights the graph read (``p.data.sub_(...)`` writes one through
+        #: a tensor that is no leaf requiring grad), and who is told of a write into one by hand
+        self.weights: set[int | None] = set()
+        self.on_weight_write: Callable[[], None] | None = None
         self._region: _fn_regions.Region | None = None  # of the op being looked at
         self.rows = RowTrace()
         #: a parameter read by an unsafe op -> (step, margin) when first seen (shared by the
@@ -309,6 +328,9 @@ class HazardMode(LightMode):
         self._region = region
         if region is not None or any(t.requires_grad for t in tensors):
             # inside a custom Function's own code everything makes its output or its gradient
+            for t in tensors:
+                if t.is_leaf and t.requires_grad:  # a weight: ``p.data -= ...`` writes its storage
+                    self.weights.add(_storage_ptr(t))
             self._commit(tensors)
             self._held = None
         else:  # data only (a mask, a per-sample standardisation): held until it meets the graph
@@ -331,11 +353,15 @@ class HazardMode(LightMode):
         Its unsafe ops are held on their results like data-only ones, carried through the
         ``no_grad`` ops after them (a momentum buffer updated in place), and go into the book
         when an in-place op writes one into a weight (a leaf that requires grad)."""
+        if torch._C._current_graph_task_id() != -1:
+            return  # autograd's own backward (grad mode is off there): not an update written by hand
         written = mutated_args(func, args, kwargs)
-        if any(t.is_leaf and t.requires_grad for t in written):
+        if any((t.is_leaf and t.requires_grad) or _storage_ptr(t) in self.weights for t in written):
             self._commit(tensors)
+            if self.on_weight_write is not None:
+                self.on_weight_write()
             return
-        self._held = [p for t in tensors for p in self.pending.get(t, ())][:_MAX_HELD]
+        self._held = _newest([p for t in tensors for p in self.pending.get(t, ())])
         self._updating = True
         try:
             self._observe(op, args, tensors, prods, out)
@@ -345,6 +371,7 @@ class HazardMode(LightMode):
             self._updating = False
         held, self._held = self._held, None
         if held:
+            held = _newest(held)
             for o in [*written, *(out if isinstance(out, (tuple, list)) else (out,))]:
                 if isinstance(o, torch.Tensor):
                     self.pending[o] = held
@@ -363,6 +390,8 @@ class HazardMode(LightMode):
         if op in _PASS or op == "copy":
             src = (prods[-1] if op == "copy" else prods[0]) if prods else None
             if src is None:
+                if op == "copy" and isinstance(out, torch.Tensor):
+                    self.prod.pop(out, None)  # a buffer refilled from a source of no known op
                 return
             made = src
         else:
@@ -561,18 +590,16 @@ def check(steps: int | None = None) -> Iterator[HazardCheck]:
     mode = HazardMode(hz.book, stack)
 
     hand = _HandSteps(hz, mode)
+    mode.on_weight_write = hand.updated
 
     def pre(opt: Any, a: Any, k: Any) -> None:
         mode.in_optimizer += 1
         hand.on = False  # an optimizer counts the steps from now on
 
     def post(opt: Any, a: Any, k: Any) -> None:
+        mode.step_done()  # the step's ops pass through the mode until in_optimizer drops
         mode.in_optimizer -= 1
-        if hand.last_counted:  # its backward was counted as the step already
-            hand.last_counted = False
-        else:
-            mode.step_done()  # the step's ops pass through the mode until in_optimizer drops
-            hz.book.steps += 1
+        hz.book.steps += 1
         if hz.limit is not None and hz.book.steps >= hz.limit:
             raise CheckDone(f"the {hz.book.steps} steps checked are done")
 
@@ -591,23 +618,31 @@ def check(steps: int | None = None) -> Iterator[HazardCheck]:
 
 
 class _HandSteps(_autograd.BackwardListener):
-    """The check's steps in a script with no ``torch.optim`` optimizer: one per backward pass,
-    until an optimizer steps (from then on its steps are counted; the backward just before it
-    was its step's); the check stops when the backward after the last checked step begins —
-    that step's update has run."""
+    """The check's steps in a script that updates its weights by hand (no ``torch.optim``
+    optimizer has stepped): a step is a backward pass followed by a write into a weight under
+    ``no_grad`` (told by the mode, :attr:`HazardMode.on_weight_write`); the check stops when the
+    backward after the last checked step begins — that step's update has run. Gradient
+    accumulation before an optimizer's first step writes no weight: no step is counted."""
 
     def __init__(self, hz: HazardCheck, mode: HazardMode) -> None:
         self.hz, self.mode = hz, mode
-        self.on = True
-        self.last_counted = False
+        self.on = True  # until an optimizer steps
+        self.counted = 0
+        self._backward_done = False
 
     def before(self, kind: str, roots: Any, grads: Any, inputs: Any) -> None:
         hz = self.hz
-        if self.on and kind == "backward" and hz.limit is not None and 0 < hz.limit <= hz.book.steps:
+        if self.on and self.counted and hz.limit is not None and hz.limit <= hz.book.steps:
             raise CheckDone(f"the {hz.book.steps} steps checked are done")
 
     def after(self, kind: str, roots: Any, inputs: Any, result: Any) -> None:
-        if self.on and kind == "backward" and not self.mode.in_optimizer:
+        if self.on and not self.mode.in_optimizer:
+            self._backward_done = True
+
+    def updated(self) -> None:
+        """A weight was written by hand: the first write after a backward ends its step."""
+        if self.on and self._backward_done:
+            self._backward_done = False
             self.mode.step_done()
             self.hz.book.steps += 1
-            self.last_counted = True
+            self.counted += 1
