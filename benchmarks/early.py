@@ -7,8 +7,8 @@
 
 Every scenario of ``benchmarks/scenarios`` (the suite), ``scenarios/holdout`` and
 ``scenarios/holdout_lr``, ``scenarios/holdout_early``, ``scenarios/holdout_late``,
-``scenarios/holdout_late2``, ``holdout_late3``, ``holdout_late4`` (written by people who had not read
-the code) — with ``--keras``,
+``scenarios/holdout_late2``, ``holdout_late3``, ``holdout_late4``, ``holdout_late5`` (written by
+people who had not read the code) — with ``--keras``,
 ``scenarios/keras`` and ``scenarios/keras/holdout`` — runs under
 ``nanguard run --json`` (policy ``raise``). For a failing scenario the table gives the step of its
 first non-finite value, the step of the first early warning and the lead (how many steps before);
@@ -34,7 +34,7 @@ from diagnose import SCENARIOS_DIR, Scenario, _env, discover, nanguard_command
 
 DIRS = (SCENARIOS_DIR, SCENARIOS_DIR / "holdout", SCENARIOS_DIR / "holdout_lr", SCENARIOS_DIR / "holdout_early",
         SCENARIOS_DIR / "holdout_late", SCENARIOS_DIR / "holdout_late2", SCENARIOS_DIR / "holdout_late3",
-        SCENARIOS_DIR / "holdout_late4")
+        SCENARIOS_DIR / "holdout_late4", SCENARIOS_DIR / "holdout_late5")
 KERAS_DIRS = (SCENARIOS_DIR / "keras", SCENARIOS_DIR / "keras" / "holdout")
 MIN_STEP, MIN_LEAD = 5, 3
 
