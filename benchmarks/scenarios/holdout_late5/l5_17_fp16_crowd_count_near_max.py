@@ -50,7 +50,7 @@ def main():
         idx = torch.randint(0, feats.shape[0], (args.batch_size,), generator=gen)
         x, y = feats[idx], counts[idx]
         with torch.autocast(device_type="cpu", dtype=torch.float16):
-            pred, density = model(x)
+            pred, _density = model(x)
         loss = F.mse_loss(pred.float() / 1000.0, y / 1000.0)     # counts in thousands
         opt.zero_grad()
         loss.backward()
