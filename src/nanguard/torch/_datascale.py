@@ -57,15 +57,8 @@ def collect(captured: Sequence[tuple[Any, ...]] | None) -> Collected | None:
                       and any(True for _ in c[1].parameters())), None)
         if model is None:
             return None
-        regression: str | None = None
-        targets: Any = None
-        for c in captured:
-            if c[0] == "op" and len(c[2]) >= 2:
-                regression, targets = c[1], c[2][1]
-                break
-            if c[0] == "call" and type(c[1]).__name__ in _LOSS_MODULES and len(c[2]) >= 2:
-                regression, targets = type(c[1]).__name__, c[2][1]
-                break
+        found = _regression(captured)
+        regression, targets = (found[0], found[2]) if found is not None else (None, None)
         return list(_data((model[2], model[3]))), list(_data(targets)), regression
     except Exception:  # best-effort evidence: never an error in the user's run
         log.debug("nanguard: the data's tensors could not be found", exc_info=True)

@@ -245,7 +245,7 @@ class HazardMode(LightMode):
         self._updating = False  # the op being looked at runs under no_grad (``_no_grad``)
         #: the storages of the weights the graph read (``p.data.sub_(...)`` writes one through
         #: a tensor that is no leaf requiring grad), and who is told of a write into one by hand
-        self.weights: set[int | None] = set()
+        self.weights: set[int] = set()
         self.on_weight_write: Callable[[], None] | None = None
         self._region: _fn_regions.Region | None = None  # of the op being looked at
         self.rows = RowTrace()
@@ -330,7 +330,9 @@ class HazardMode(LightMode):
             # inside a custom Function's own code everything makes its output or its gradient
             for t in tensors:
                 if t.is_leaf and t.requires_grad:  # a weight: ``p.data -= ...`` writes its storage
-                    self.weights.add(_storage_ptr(t))
+                    ptr = _storage_ptr(t)
+                    if ptr is not None:
+                        self.weights.add(ptr)
             self._commit(tensors)
             self._held = None
         else:  # data only (a mask, a per-sample standardisation): held until it meets the graph
@@ -361,7 +363,7 @@ class HazardMode(LightMode):
             if self.on_weight_write is not None:
                 self.on_weight_write()
             return
-        self._held = _newest([p for t in tensors for p in self.pending.get(t, ())])
+        self._held = [p for t in tensors for p in self.pending.get(t, ())]
         self._updating = True
         try:
             self._observe(op, args, tensors, prods, out)
@@ -573,8 +575,8 @@ class HazardCheck:
 @contextlib.contextmanager
 def check(steps: int | None = None) -> Iterator[HazardCheck]:
     """Watch every unsafe op on the path to the loss; stop after ``steps`` optimizer steps (in a
-    script that updates its weights by hand, with no ``torch.optim`` optimizer: after ``steps``
-    backward passes and the update after the last, when the next backward begins).
+    script that updates its weights by hand: after ``steps`` backward passes each followed by a
+    write into a weight, when the next backward begins — :class:`_HandSteps`).
 
     Runs around the training loop::
 
